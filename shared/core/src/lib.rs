@@ -1,0 +1,24 @@
+//! gpusched's pure scheduling core.
+//!
+//! Owns: the scheduler `State` and `State::apply`, the capacity index, and
+//! the decisions of each stage as pure functions of the state:
+//! `admission` (validate submissions), `quota` (admit in fair-share order),
+//! `placement` (bind gangs inside one topology domain) and `recovery`
+//! (requeue jobs from lost nodes). `cycle` runs them in order for the
+//! simulator and the embedded mode.
+//!
+//! Must never: perform I/O, read a clock, use randomness, or iterate a hash
+//! map where order affects a decision. Time and limits are passed in; the
+//! same events in the same order always give the same state.
+
+pub mod admission;
+pub mod capacity;
+pub mod cycle;
+pub mod placement;
+pub mod quota;
+pub mod recovery;
+pub mod state;
+
+pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
+pub use cycle::{run_cycle, CycleConfig, CycleStats, ScanMemo};
+pub use state::{ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};

@@ -1,0 +1,335 @@
+//! Quota: admits queued jobs against the quota ledger in fair-share order.
+//!
+//! Owns: the quota check (usage ≤ nominal + borrowing limit, cohort lending
+//! ≤ what members lend), flavor choice in the job's preference order, and
+//! the order in which tenants' heads are examined: tenants that stay within
+//! nominal first, then borrowers by lowest weighted dominant share; within a
+//! tenant, priority then submit order. At most `max_heads` heads a cycle.
+//!
+//! Must never: allocate GPUs (placement does), or scan a whole queue: a
+//! strict-FIFO tenant stops at its blocked head, a best-effort one looks at
+//! most `max_heads_per_tenant` deep, and a tenant whose last look found
+//! nothing admissible is skipped until its queue or cohort changes.
+
+use crate::capacity::{CapacityOverlay, FlavorIdx};
+use crate::cycle::{CycleConfig, ScanMemo};
+use crate::state::{CohortIdx, Job, QueueKey, State, TenantIdx};
+use gpusched_events::{Event, PendingReason};
+use gpusched_model::{Gpus, QueueingMode, Timestamp};
+use rustc_hash::FxHashMap;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+/// Quota charged earlier in the same cycle.
+#[derive(Clone, Debug, Default)]
+pub struct QuotaOverlay {
+    usage: FxHashMap<(TenantIdx, FlavorIdx), Gpus>,
+    pool: FxHashMap<(CohortIdx, FlavorIdx), Gpus>,
+}
+
+impl QuotaOverlay {
+    /// A tenant's usage counting this cycle's admissions.
+    pub fn used(&self, state: &State, t: TenantIdx, f: FlavorIdx) -> Gpus {
+        self.usage
+            .get(&(t, f))
+            .copied()
+            .unwrap_or_else(|| state.tenant(t).used(f))
+    }
+    fn pool_used(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> Gpus {
+        self.pool
+            .get(&(c, f))
+            .copied()
+            .unwrap_or_else(|| state.cohort(c).used(f))
+    }
+    /// Records an admission.
+    pub fn charge(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, need: Gpus) {
+        let used = self.used(state, t, f);
+        let tenant = state.tenant(t);
+        if let Some(c) = tenant.cohort {
+            let delta = tenant.pool_draw(f, used + need) - tenant.pool_draw(f, used);
+            let p = self.pool_used(state, c, f) + delta;
+            self.pool.insert((c, f), p);
+        }
+        self.usage.insert((t, f), used + need);
+    }
+}
+
+/// A flavor with room in the quota for a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fit {
+    /// The flavor.
+    pub flavor: FlavorIdx,
+    /// GPUs of the job above the tenant's nominal quota.
+    pub borrowed: Gpus,
+}
+
+/// Whether tenant `t` may take `need` more GPUs of flavor `f`.
+pub fn check(
+    state: &State,
+    ov: &QuotaOverlay,
+    t: TenantIdx,
+    f: FlavorIdx,
+    need: Gpus,
+) -> Result<Fit, PendingReason> {
+    let tenant = state.tenant(t);
+    let flavor = state.flavor_name(f).to_string();
+    let used = ov.used(state, t, f);
+    let Some(q) = tenant.quota(f) else {
+        return Err(PendingReason::QuotaExceeded {
+            flavor,
+            used,
+            nominal: 0,
+            borrowable: 0,
+            need,
+        });
+    };
+    let limit = match tenant.cohort {
+        None => q.nominal,
+        Some(_) => q
+            .borrowing_limit
+            .map_or(Gpus::MAX, |b| q.nominal.saturating_add(b)),
+    };
+    let new_used = used.saturating_add(need);
+    if new_used > limit {
+        let borrowable = limit.saturating_sub(used.max(q.nominal));
+        return Err(PendingReason::QuotaExceeded {
+            flavor,
+            used,
+            nominal: q.nominal,
+            borrowable: borrowable.min(1 << 30),
+            need,
+        });
+    }
+    if let Some(c) = tenant.cohort {
+        let delta = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, used);
+        let pool_used = ov.pool_used(state, c, f);
+        let cap = state.cohort(c).capacity(f);
+        if pool_used + delta > cap {
+            return Err(PendingReason::CohortExhausted {
+                flavor,
+                cohort: state.cohort(c).name.clone(),
+                used,
+                nominal: q.nominal,
+                lendable_left: cap.saturating_sub(pool_used),
+                need,
+            });
+        }
+    }
+    Ok(Fit {
+        flavor: f,
+        borrowed: new_used.saturating_sub(used.max(q.nominal)),
+    })
+}
+
+/// Chooses a flavor for a queued job: the first in its preference order that
+/// fits within nominal quota, else the first that fits by borrowing; among
+/// equals, one where the gang fits in free capacity now is preferred.
+pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit, PendingReason> {
+    let Some(t) = job.tenant else {
+        return Err(PendingReason::QuotaExceeded {
+            flavor: String::new(),
+            used: 0,
+            nominal: 0,
+            borrowable: 0,
+            need: job.spec.total_gpus(),
+        });
+    };
+    let need = job.spec.total_gpus();
+    let mut first_err = None;
+    let mut fits = Vec::new();
+    for (pos, &f) in job.flavors.iter().enumerate() {
+        match check(state, ov, t, f, need) {
+            Ok(fit) if pos == 0 && fit.borrowed == 0 && job.flavors.len() == 1 => return Ok(fit),
+            Ok(fit) => fits.push((pos, fit)),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if fits.len() <= 1 {
+        return match fits.pop() {
+            Some((_, fit)) => Ok(fit),
+            None => Err(first_err.unwrap_or(PendingReason::QuotaExceeded {
+                flavor: String::new(),
+                used: 0,
+                nominal: 0,
+                borrowable: 0,
+                need,
+            })),
+        };
+    }
+    let none = CapacityOverlay::default();
+    let mut probes = 0;
+    fits.iter()
+        .min_by_key(|(pos, fit)| {
+            let fits_now = state
+                .capacity()
+                .find_domain(&none, fit.flavor, job.level, job.spec.workers, job.spec.gpus_per_worker, &mut probes)
+                .is_some();
+            (fit.borrowed > 0, !fits_now, *pos)
+        })
+        .map(|(_, fit)| *fit)
+        .ok_or_else(|| first_err.unwrap_or(PendingReason::QuotaExceeded {
+            flavor: String::new(),
+            used: 0,
+            nominal: 0,
+            borrowable: 0,
+            need,
+        }))
+}
+
+/// Weighted dominant share: the largest fraction, over flavors, of the
+/// cohort's lendable quota the tenant borrows, divided by its weight.
+pub fn weighted_share(state: &State, ov: &QuotaOverlay, t: TenantIdx) -> f64 {
+    let tenant = state.tenant(t);
+    let Some(c) = tenant.cohort else { return 0.0 };
+    let cohort = state.cohort(c);
+    let mut share: f64 = 0.0;
+    for &f in &tenant.flavor_order {
+        let cap = cohort.capacity(f);
+        let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
+        let borrowed = ov.used(state, t, f).saturating_sub(nominal);
+        if cap > 0 && borrowed > 0 {
+            share = share.max(borrowed as f64 / cap as f64);
+        }
+    }
+    share / tenant.spec.weight
+}
+
+/// The order of tenants' heads in a cycle: within-nominal first, then by
+/// lowest weighted share, then by tenant index for determinism.
+#[derive(Clone, Copy, Debug)]
+struct HeadKey {
+    borrows: bool,
+    share: f64,
+    tenant: TenantIdx,
+    head: QueueKey,
+}
+
+impl PartialEq for HeadKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for HeadKey {}
+impl PartialOrd for HeadKey {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for HeadKey {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.borrows
+            .cmp(&o.borrows)
+            .then(self.share.total_cmp(&o.share))
+            .then(self.tenant.cmp(&o.tenant))
+    }
+}
+
+fn head_key(state: &State, ov: &QuotaOverlay, t: TenantIdx, head: QueueKey) -> HeadKey {
+    let tenant = state.tenant(t);
+    let borrows = match state.job(head.job) {
+        Some(job) => !job.flavors.iter().any(|&f| {
+            let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
+            ov.used(state, t, f) + job.spec.total_gpus() <= nominal
+        }),
+        None => true,
+    };
+    HeadKey {
+        borrows,
+        share: weighted_share(state, ov, t),
+        tenant: t,
+        head,
+    }
+}
+
+/// What a quota pass looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaStats {
+    /// Queue heads examined.
+    pub heads_examined: u64,
+    /// Jobs admitted.
+    pub admitted: u64,
+    /// Tenants skipped because nothing changed since they were blocked.
+    pub tenants_skipped: u64,
+}
+
+fn tenant_stamp(state: &State, t: TenantIdx) -> (u64, u64) {
+    let tenant = state.tenant(t);
+    (
+        tenant.version,
+        tenant.cohort.map_or(0, |c| state.cohort(c).version),
+    )
+}
+
+/// Admits up to `cfg.max_heads` queue heads in fair-share order.
+pub fn decide(
+    state: &State,
+    memo: &mut ScanMemo,
+    cfg: &CycleConfig,
+    now: Timestamp,
+) -> (Vec<Event>, QuotaStats) {
+    let mut ov = QuotaOverlay::default();
+    let mut stats = QuotaStats::default();
+    let mut events = Vec::new();
+    let mut heap = BinaryHeap::new();
+    for (ti, tenant) in state.tenants().iter().enumerate() {
+        let ti = ti as TenantIdx;
+        let Some(&head) = tenant.pending.first() else {
+            continue;
+        };
+        if memo.tenant_blocked.get(&ti) == Some(&tenant_stamp(state, ti)) {
+            stats.tenants_skipped += 1;
+            continue;
+        }
+        heap.push(Reverse(head_key(state, &ov, ti, head)));
+    }
+    let mut depth: FxHashMap<TenantIdx, usize> = FxHashMap::default();
+    while (stats.heads_examined as usize) < cfg.max_heads {
+        let Some(Reverse(key)) = heap.pop() else { break };
+        let t = key.tenant;
+        let tenant = state.tenant(t);
+        let Some(job) = state.job(key.head.job) else { continue };
+        stats.heads_examined += 1;
+        let d = depth.entry(t).or_default();
+        *d += 1;
+        let next = tenant
+            .pending
+            .range((std::ops::Bound::Excluded(key.head), std::ops::Bound::Unbounded))
+            .next()
+            .copied();
+        match choose_flavor(state, &ov, job) {
+            Ok(fit) => {
+                events.push(Event::JobAdmitted {
+                    job: job.id,
+                    flavor: state.flavor_name(fit.flavor).to_string(),
+                    borrowed: fit.borrowed,
+                    at: now,
+                });
+                ov.charge(state, t, fit.flavor, job.spec.total_gpus());
+                stats.admitted += 1;
+                if let Some(n) = next {
+                    heap.push(Reverse(head_key(state, &ov, t, n)));
+                }
+            }
+            Err(reason) => {
+                if job.last_reason.as_ref().map(|r| r.kind()) != Some(reason.kind()) {
+                    events.push(Event::JobPending {
+                        job: job.id,
+                        reason,
+                        at: now,
+                    });
+                }
+                let go_on = tenant.spec.queueing == QueueingMode::BestEffortFifo
+                    && *d < cfg.max_heads_per_tenant;
+                match next {
+                    Some(n) if go_on => heap.push(Reverse(head_key(state, &ov, t, n))),
+                    _ => {
+                        memo.tenant_blocked.insert(t, tenant_stamp(state, t));
+                    }
+                }
+            }
+        }
+    }
+    (events, stats)
+}

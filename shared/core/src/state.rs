@@ -1,0 +1,1164 @@
+//! Scheduler state and `State::apply`, the only way it changes.
+//!
+//! Owns: jobs and their phase, nodes, tenants with their queues and quota
+//! usage, cohorts, the capacity index, and the versions that tell a cycle
+//! what changed since it last looked.
+//!
+//! Must never: decide anything, read a clock, or accept an illegal
+//! transition. `apply` checks an event completely before it changes
+//! anything, so a refused event leaves the state untouched.
+
+use crate::capacity::{CapacityIndex, FlavorIdx};
+use gpusched_events::{Assignment, Event, Outcome, PendingReason, RejectReason};
+use gpusched_model::{
+    FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
+    LEVEL_NODE,
+};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+
+/// Index of a tenant in the state's tenant table.
+pub type TenantIdx = u32;
+/// Index of a cohort in the state's cohort table.
+pub type CohortIdx = u32;
+
+/// Where a job is in its life (BRIEF §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Submitted, not yet validated.
+    Submitted,
+    /// In its tenant's queue.
+    Queued,
+    /// Quota charged, waiting for GPUs.
+    Admitted,
+    /// GPUs allocated, not yet started.
+    Bound,
+    /// Running on its GPUs.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled by its user.
+    Cancelled,
+    /// Refused at submission.
+    Rejected,
+}
+
+impl Phase {
+    /// All phases, in order.
+    pub const ALL: [Phase; 9] = [
+        Phase::Submitted,
+        Phase::Queued,
+        Phase::Admitted,
+        Phase::Bound,
+        Phase::Running,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Cancelled,
+        Phase::Rejected,
+    ];
+
+    /// Whether the job has ended for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Phase::Succeeded | Phase::Failed | Phase::Cancelled | Phase::Rejected
+        )
+    }
+
+    /// Whether the job holds GPUs.
+    pub fn holds_gpus(self) -> bool {
+        matches!(self, Phase::Bound | Phase::Running)
+    }
+
+    /// Whether the job holds quota.
+    pub fn holds_quota(self) -> bool {
+        matches!(self, Phase::Admitted | Phase::Bound | Phase::Running)
+    }
+}
+
+/// A job's place in a queue: priority first, then order of arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueKey {
+    /// Higher priority sorts first.
+    pub priority: Reverse<i32>,
+    /// Submit order (tenant queues) or admission order (placement queues).
+    pub order: u64,
+    /// The job.
+    pub job: JobId,
+}
+
+/// A job as the scheduler knows it.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Its id.
+    pub id: JobId,
+    /// What was asked.
+    pub spec: JobSpec,
+    /// Where it is.
+    pub phase: Phase,
+    /// Its tenant, once accepted.
+    pub tenant: Option<TenantIdx>,
+    /// Topology level number, once accepted.
+    pub level: u8,
+    /// Acceptable flavors in preference order, once accepted.
+    pub flavors: Vec<FlavorIdx>,
+    /// Submit order.
+    pub order: u64,
+    /// When submitted.
+    pub submitted_at: Timestamp,
+    /// Flavor charged while admitted, bound or running.
+    pub flavor: Option<FlavorIdx>,
+    /// GPUs above nominal at admission.
+    pub borrowed: Gpus,
+    /// Placement order key while admitted.
+    pub admit_order: u64,
+    /// GPUs per node while bound or running.
+    pub assignments: Vec<Assignment>,
+    /// When it last started.
+    pub started_at: Option<Timestamp>,
+    /// When it first started.
+    pub first_started_at: Option<Timestamp>,
+    /// When it ended.
+    pub ended_at: Option<Timestamp>,
+    /// Times it started.
+    pub starts: u32,
+    /// Times it was requeued.
+    pub requeues: u32,
+    /// GPU-milliseconds of work lost to requeues.
+    pub lost_gpu_ms: u64,
+    /// The last reason a stage gave for not moving it on.
+    pub last_reason: Option<PendingReason>,
+    /// Why it was rejected.
+    pub rejection: Option<RejectReason>,
+}
+
+impl Job {
+    fn queue_key(&self) -> QueueKey {
+        QueueKey {
+            priority: Reverse(self.spec.priority),
+            order: self.order,
+            job: self.id,
+        }
+    }
+    fn placement_key(&self) -> QueueKey {
+        QueueKey {
+            priority: Reverse(self.spec.priority),
+            order: self.admit_order,
+            job: self.id,
+        }
+    }
+}
+
+/// A node's scheduling status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    /// Takes work.
+    Ready,
+    /// Takes no new work.
+    Cordoned,
+    /// Takes no new work; emptied for maintenance.
+    Drained,
+    /// Gone.
+    Lost,
+}
+
+/// A node as the scheduler knows it.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// What the agent reported.
+    pub spec: NodeSpec,
+    /// Its flavor.
+    pub flavor: FlavorIdx,
+    /// Its status.
+    pub status: NodeStatus,
+    /// Jobs holding GPUs on it.
+    pub jobs: Vec<JobId>,
+}
+
+/// A tenant's quota in one flavor, resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    /// Nominal GPUs.
+    pub nominal: Gpus,
+    /// Borrowing limit (`None`: unlimited within the cohort).
+    pub borrowing_limit: Option<Gpus>,
+    /// GPUs of nominal that may be lent.
+    pub lendable: Gpus,
+}
+
+impl Quota {
+    /// Nominal GPUs that are never lent.
+    pub fn guaranteed(&self) -> Gpus {
+        self.nominal - self.lendable
+    }
+}
+
+/// A tenant: its configuration, queue and usage.
+#[derive(Clone, Debug)]
+pub struct Tenant {
+    /// Its configuration.
+    pub spec: TenantSpec,
+    /// Its cohort.
+    pub cohort: Option<CohortIdx>,
+    /// Quota per flavor index (`None`: flavor not usable).
+    pub quotas: Vec<Option<Quota>>,
+    /// Flavors with quota, in the order configured.
+    pub flavor_order: Vec<FlavorIdx>,
+    /// GPUs charged per flavor index.
+    pub usage: Vec<Gpus>,
+    /// Queued jobs, by priority then submit order.
+    pub pending: BTreeSet<QueueKey>,
+    /// Bumped whenever something could unblock its queue from its own side.
+    pub version: u64,
+}
+
+impl Tenant {
+    /// Quota in a flavor.
+    pub fn quota(&self, f: FlavorIdx) -> Option<Quota> {
+        self.quotas.get(f as usize).copied().flatten()
+    }
+    /// GPUs charged in a flavor.
+    pub fn used(&self, f: FlavorIdx) -> Gpus {
+        self.usage.get(f as usize).copied().unwrap_or(0)
+    }
+    /// GPUs of `used` drawn from the cohort's lendable pool.
+    pub fn pool_draw(&self, f: FlavorIdx, used: Gpus) -> Gpus {
+        used.saturating_sub(self.quota(f).map_or(0, |q| q.guaranteed()))
+    }
+}
+
+/// Tenants sharing their lendable quota.
+#[derive(Clone, Debug)]
+pub struct Cohort {
+    /// Its name.
+    pub name: String,
+    /// Its tenants.
+    pub members: Vec<TenantIdx>,
+    /// Lendable GPUs per flavor (sum of members' lendable quota).
+    pub pool_capacity: Vec<Gpus>,
+    /// GPUs drawn from the pool per flavor (usage above each member's guaranteed part).
+    pub pool_used: Vec<Gpus>,
+    /// Bumped whenever quota is released or reconfigured in it.
+    pub version: u64,
+}
+
+impl Cohort {
+    /// Lendable GPUs in a flavor.
+    pub fn capacity(&self, f: FlavorIdx) -> Gpus {
+        self.pool_capacity.get(f as usize).copied().unwrap_or(0)
+    }
+    /// Drawn GPUs in a flavor.
+    pub fn used(&self, f: FlavorIdx) -> Gpus {
+        self.pool_used.get(f as usize).copied().unwrap_or(0)
+    }
+}
+
+/// An event the state refused; nothing was changed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ApplyError {
+    /// No such job.
+    #[error("unknown job {0}")]
+    UnknownJob(JobId),
+    /// The job id is taken.
+    #[error("job {0} already exists")]
+    DuplicateJob(JobId),
+    /// The event is not legal from the job's phase.
+    #[error("job {job}: {event} is illegal in phase {from:?}")]
+    IllegalTransition {
+        /// The job.
+        job: JobId,
+        /// Its phase.
+        from: Phase,
+        /// The event kind.
+        event: &'static str,
+    },
+    /// No such node.
+    #[error("unknown node {0}")]
+    UnknownNode(NodeId),
+    /// The event is not legal for the node's status.
+    #[error("node {node}: {event} is illegal in status {from:?}")]
+    IllegalNodeTransition {
+        /// The node.
+        node: NodeId,
+        /// Its status.
+        from: NodeStatus,
+        /// The event kind.
+        event: &'static str,
+    },
+    /// No such tenant.
+    #[error("unknown tenant {0:?}")]
+    UnknownTenant(String),
+    /// No such flavor, or not acceptable here.
+    #[error("flavor {0:?} is unknown or not acceptable")]
+    BadFlavor(String),
+    /// A field broke a rule.
+    #[error("invalid {0}")]
+    Invalid(#[from] FieldError),
+    /// A binding that breaks gang, topology or capacity rules.
+    #[error("job {job}: bad binding: {why}")]
+    BadBinding {
+        /// The job.
+        job: JobId,
+        /// What is wrong.
+        why: String,
+    },
+    /// An admission beyond the tenant's or cohort's limits.
+    #[error("job {job}: admission exceeds quota: {why}")]
+    QuotaExceeded {
+        /// The job.
+        job: JobId,
+        /// Which limit.
+        why: String,
+    },
+    /// Topology may only be configured before the first node.
+    #[error("topology cannot change once nodes exist")]
+    TopologyFixed,
+}
+
+/// Counts of jobs per phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhaseCounts([u64; 9]);
+
+impl PhaseCounts {
+    /// Jobs in a phase.
+    pub fn get(&self, p: Phase) -> u64 {
+        self.0[p as usize]
+    }
+    fn mv(&mut self, from: Option<Phase>, to: Phase) {
+        if let Some(f) = from {
+            self.0[f as usize] -= 1;
+        }
+        self.0[to as usize] += 1;
+    }
+}
+
+/// Everything the scheduler knows, built only by `apply`.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    applied: u64,
+    levels: Vec<String>,
+    flavors: Vec<String>,
+    flavor_by_name: FxHashMap<String, FlavorIdx>,
+    capacity: CapacityIndex,
+    nodes: Vec<Node>,
+    node_by_name: FxHashMap<String, NodeId>,
+    tenants: Vec<Tenant>,
+    tenant_by_name: FxHashMap<String, TenantIdx>,
+    cohorts: Vec<Cohort>,
+    cohort_by_name: FxHashMap<String, CohortIdx>,
+    jobs: FxHashMap<JobId, Job>,
+    awaiting: BTreeSet<(u64, JobId)>,
+    unplaced: Vec<BTreeSet<QueueKey>>,
+    orphaned: BTreeSet<JobId>,
+    capacity_version: Vec<u64>,
+    next_order: u64,
+    counts: PhaseCounts,
+}
+
+fn at_mut<T: Clone + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
+    if v.len() <= i {
+        v.resize(i + 1, T::default());
+    }
+    &mut v[i]
+}
+
+impl State {
+    /// An empty state with the default topology levels (`rack`, `block`).
+    pub fn new() -> Self {
+        let levels: Vec<String> = gpusched_model::DEFAULT_LEVELS
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        State {
+            capacity: CapacityIndex::new(levels.len()),
+            levels,
+            ..Default::default()
+        }
+    }
+
+    /// Events applied so far.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+    /// Named topology levels, outermost first.
+    pub fn levels(&self) -> &[String] {
+        &self.levels
+    }
+    /// The name of a level number (0 = any, L+1 = node).
+    pub fn level_name(&self, level: u8) -> &str {
+        match level as usize {
+            0 => LEVEL_ANY,
+            l if l <= self.levels.len() => &self.levels[l - 1],
+            _ => LEVEL_NODE,
+        }
+    }
+    /// The number of a level name.
+    pub fn level_number(&self, name: &str) -> Option<u8> {
+        if name == LEVEL_ANY {
+            return Some(0);
+        }
+        if name == LEVEL_NODE {
+            return Some(self.capacity.node_level());
+        }
+        self.levels
+            .iter()
+            .position(|l| l == name)
+            .map(|i| (i + 1) as u8)
+    }
+    /// Flavor names by index.
+    pub fn flavors(&self) -> &[String] {
+        &self.flavors
+    }
+    /// A flavor's index.
+    pub fn flavor(&self, name: &str) -> Option<FlavorIdx> {
+        self.flavor_by_name.get(name).copied()
+    }
+    /// A flavor's name.
+    pub fn flavor_name(&self, f: FlavorIdx) -> &str {
+        self.flavors.get(f as usize).map_or("?", |s| s.as_str())
+    }
+    /// The capacity index.
+    pub fn capacity(&self) -> &CapacityIndex {
+        &self.capacity
+    }
+    /// All nodes by id.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+    /// A node id by name.
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.node_by_name.get(name).copied()
+    }
+    /// All tenants by index.
+    pub fn tenants(&self) -> &[Tenant] {
+        &self.tenants
+    }
+    /// A tenant's index by name.
+    pub fn tenant_idx(&self, name: &str) -> Option<TenantIdx> {
+        self.tenant_by_name.get(name).copied()
+    }
+    /// A tenant by index.
+    pub fn tenant(&self, t: TenantIdx) -> &Tenant {
+        &self.tenants[t as usize]
+    }
+    /// All cohorts by index.
+    pub fn cohorts(&self) -> &[Cohort] {
+        &self.cohorts
+    }
+    /// A cohort by index.
+    pub fn cohort(&self, c: CohortIdx) -> &Cohort {
+        &self.cohorts[c as usize]
+    }
+    /// A job.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+    /// Number of jobs ever submitted.
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+    /// Jobs per phase.
+    pub fn phase_counts(&self) -> &PhaseCounts {
+        &self.counts
+    }
+    /// Submitted jobs awaiting validation, in submit order.
+    pub fn awaiting_validation(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.awaiting.iter().map(|&(_, j)| j)
+    }
+    /// Admitted jobs waiting for GPUs in a flavor, in placement order.
+    pub fn unplaced(&self, f: FlavorIdx) -> impl Iterator<Item = &QueueKey> + '_ {
+        self.unplaced.get(f as usize).into_iter().flatten()
+    }
+    /// Admitted jobs waiting for GPUs in a flavor, after `after`.
+    pub fn unplaced_after(
+        &self,
+        f: FlavorIdx,
+        after: Option<QueueKey>,
+    ) -> Option<QueueKey> {
+        let set = self.unplaced.get(f as usize)?;
+        match after {
+            None => set.first().copied(),
+            Some(k) => set
+                .range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))
+                .next()
+                .copied(),
+        }
+    }
+    /// Jobs holding GPUs on lost nodes, awaiting requeue.
+    pub fn orphaned(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.orphaned.iter().copied()
+    }
+    /// Bumped whenever GPUs of a flavor are freed or new work needs them.
+    pub fn capacity_version(&self, f: FlavorIdx) -> u64 {
+        self.capacity_version.get(f as usize).copied().unwrap_or(0)
+    }
+    /// Total GPUs allocated to jobs.
+    pub fn gpus_in_use(&self) -> u64 {
+        (0..self.nodes.len())
+            .map(|i| self.capacity.node_used(NodeId(i as u32)) as u64)
+            .sum()
+    }
+
+    fn intern_flavor(&mut self, name: &str) -> FlavorIdx {
+        if let Some(&f) = self.flavor_by_name.get(name) {
+            return f;
+        }
+        let f = self.flavors.len() as FlavorIdx;
+        self.flavors.push(name.to_string());
+        self.flavor_by_name.insert(name.to_string(), f);
+        at_mut(&mut self.unplaced, f as usize);
+        at_mut(&mut self.capacity_version, f as usize);
+        f
+    }
+
+    fn job_mut(&mut self, id: JobId) -> Result<&mut Job, ApplyError> {
+        self.jobs.get_mut(&id).ok_or(ApplyError::UnknownJob(id))
+    }
+
+    fn expect_phase(&self, id: JobId, ok: &[Phase], event: &'static str) -> Result<&Job, ApplyError> {
+        let job = self.jobs.get(&id).ok_or(ApplyError::UnknownJob(id))?;
+        if ok.contains(&job.phase) {
+            Ok(job)
+        } else {
+            Err(ApplyError::IllegalTransition {
+                job: id,
+                from: job.phase,
+                event,
+            })
+        }
+    }
+
+    fn set_phase(&mut self, id: JobId, to: Phase) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            self.counts.mv(Some(job.phase), to);
+            job.phase = to;
+        }
+    }
+
+    fn node_checked(&self, n: NodeId) -> Result<&Node, ApplyError> {
+        self.nodes.get(n.index()).ok_or(ApplyError::UnknownNode(n))
+    }
+
+    /// Changes a tenant's usage in a flavor and keeps its cohort's pool in step.
+    fn charge(&mut self, t: TenantIdx, f: FlavorIdx, new_used: Gpus) {
+        let tenant = &mut self.tenants[t as usize];
+        let old_used = tenant.used(f);
+        let old_draw = tenant.pool_draw(f, old_used);
+        let new_draw = tenant.pool_draw(f, new_used);
+        *at_mut(&mut tenant.usage, f as usize) = new_used;
+        if new_used < old_used {
+            tenant.version += 1;
+        }
+        if let Some(c) = tenant.cohort {
+            let cohort = &mut self.cohorts[c as usize];
+            let used = at_mut(&mut cohort.pool_used, f as usize);
+            *used = *used + new_draw - old_draw;
+            if new_used < old_used {
+                cohort.version += 1;
+            }
+        }
+    }
+
+    /// Frees a job's GPUs and quota (it must hold them).
+    fn release(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let assignments = std::mem::take(&mut job.assignments);
+        let (tenant, flavor, phase, total) = (job.tenant, job.flavor, job.phase, job.spec.total_gpus());
+        job.flavor = None;
+        job.borrowed = 0;
+        for a in &assignments {
+            let raw_free = self.capacity.node_gpus(a.node) - self.capacity.node_used(a.node);
+            self.capacity.set_node_free(a.node, raw_free + a.gpus);
+            if let Some(node) = self.nodes.get_mut(a.node.index()) {
+                node.jobs.retain(|j| *j != id);
+            }
+        }
+        if let Some(f) = flavor {
+            if phase == Phase::Admitted {
+                let key = self.jobs[&id].placement_key();
+                self.unplaced[f as usize].remove(&key);
+            } else {
+                *at_mut(&mut self.capacity_version, f as usize) += 1;
+            }
+            if let Some(t) = tenant {
+                let used = self.tenants[t as usize].used(f);
+                self.charge(t, f, used - total);
+            }
+        }
+        self.orphaned.remove(&id);
+    }
+
+    fn detach_tenant(&mut self, t: TenantIdx) {
+        let tenant = &self.tenants[t as usize];
+        let Some(c) = tenant.cohort else { return };
+        let per_flavor: Vec<(usize, Gpus, Gpus)> = tenant
+            .quotas
+            .iter()
+            .enumerate()
+            .map(|(f, q)| {
+                let f16 = f as FlavorIdx;
+                (
+                    f,
+                    q.map_or(0, |q| q.lendable),
+                    tenant.pool_draw(f16, tenant.used(f16)),
+                )
+            })
+            .collect();
+        let extra_usage: Vec<(usize, Gpus)> = tenant
+            .usage
+            .iter()
+            .enumerate()
+            .skip(tenant.quotas.len())
+            .map(|(f, &u)| (f, u))
+            .collect();
+        let cohort = &mut self.cohorts[c as usize];
+        for (f, lend, draw) in per_flavor {
+            *at_mut(&mut cohort.pool_capacity, f) -= lend;
+            *at_mut(&mut cohort.pool_used, f) -= draw;
+        }
+        for (f, u) in extra_usage {
+            *at_mut(&mut cohort.pool_used, f) -= u;
+        }
+        cohort.members.retain(|m| *m != t);
+        cohort.version += 1;
+        self.tenants[t as usize].cohort = None;
+    }
+
+    fn attach_tenant(&mut self, t: TenantIdx, cohort_name: &str) {
+        let c = match self.cohort_by_name.get(cohort_name) {
+            Some(&c) => c,
+            None => {
+                let c = self.cohorts.len() as CohortIdx;
+                self.cohorts.push(Cohort {
+                    name: cohort_name.to_string(),
+                    members: Vec::new(),
+                    pool_capacity: Vec::new(),
+                    pool_used: Vec::new(),
+                    version: 0,
+                });
+                self.cohort_by_name.insert(cohort_name.to_string(), c);
+                c
+            }
+        };
+        let tenant = &self.tenants[t as usize];
+        let flavors = tenant.quotas.len().max(tenant.usage.len());
+        let per_flavor: Vec<(usize, Gpus, Gpus)> = (0..flavors)
+            .map(|f| {
+                let f16 = f as FlavorIdx;
+                (
+                    f,
+                    tenant.quota(f16).map_or(0, |q| q.lendable),
+                    tenant.pool_draw(f16, tenant.used(f16)),
+                )
+            })
+            .collect();
+        let cohort = &mut self.cohorts[c as usize];
+        for (f, lend, draw) in per_flavor {
+            *at_mut(&mut cohort.pool_capacity, f) += lend;
+            *at_mut(&mut cohort.pool_used, f) += draw;
+        }
+        cohort.members.push(t);
+        cohort.version += 1;
+        self.tenants[t as usize].cohort = Some(c);
+    }
+
+    /// Applies one event. On error nothing changed.
+    pub fn apply(&mut self, ev: &Event) -> Result<(), ApplyError> {
+        self.apply_inner(ev)?;
+        self.applied += 1;
+        Ok(())
+    }
+
+    fn apply_inner(&mut self, ev: &Event) -> Result<(), ApplyError> {
+        match ev {
+            Event::TopologyConfigured { levels } => {
+                if !self.nodes.is_empty() {
+                    return Err(ApplyError::TopologyFixed);
+                }
+                let mut seen = BTreeSet::new();
+                for l in levels {
+                    if l.trim().is_empty() || l == LEVEL_ANY || l == LEVEL_NODE || !seen.insert(l) {
+                        return Err(FieldError::new("levels", "names must be unique, non-empty, and not 'any' or 'node'").into());
+                    }
+                }
+                self.levels = levels.clone();
+                self.capacity = CapacityIndex::new(levels.len());
+            }
+            Event::TenantConfigured { spec } => {
+                spec.check_fields()?;
+                let t = match self.tenant_by_name.get(&spec.name) {
+                    Some(&t) => t,
+                    None => {
+                        let t = self.tenants.len() as TenantIdx;
+                        self.tenants.push(Tenant {
+                            spec: spec.clone(),
+                            cohort: None,
+                            quotas: Vec::new(),
+                            flavor_order: Vec::new(),
+                            usage: Vec::new(),
+                            pending: BTreeSet::new(),
+                            version: 0,
+                        });
+                        self.tenant_by_name.insert(spec.name.clone(), t);
+                        t
+                    }
+                };
+                self.detach_tenant(t);
+                let mut quotas = Vec::new();
+                let mut order = Vec::new();
+                for q in &spec.quotas {
+                    let f = self.intern_flavor(&q.flavor);
+                    *at_mut(&mut quotas, f as usize) = Some(Quota {
+                        nominal: q.nominal,
+                        borrowing_limit: q.borrowing_limit,
+                        lendable: q.lendable(),
+                    });
+                    order.push(f);
+                }
+                let tenant = &mut self.tenants[t as usize];
+                tenant.spec = spec.clone();
+                tenant.quotas = quotas;
+                tenant.flavor_order = order;
+                tenant.version += 1;
+                if let Some(c) = &spec.cohort {
+                    self.attach_tenant(t, c);
+                }
+            }
+            Event::NodeAdded { node, spec, .. } => {
+                spec.check_fields(self.levels.len())?;
+                if node.index() != self.nodes.len() {
+                    return Err(FieldError::new("node", "must be the next node id").into());
+                }
+                if self.node_by_name.contains_key(&spec.name) {
+                    return Err(FieldError::new("name", "node name already registered").into());
+                }
+                let f = self.intern_flavor(&spec.flavor);
+                self.capacity.add_node(*node, f, spec.gpus, &spec.path);
+                self.nodes.push(Node {
+                    spec: spec.clone(),
+                    flavor: f,
+                    status: NodeStatus::Ready,
+                    jobs: Vec::new(),
+                });
+                self.node_by_name.insert(spec.name.clone(), *node);
+                *at_mut(&mut self.capacity_version, f as usize) += 1;
+            }
+            Event::NodeCordoned { node } | Event::NodeDrained { node } => {
+                let n = self.node_checked(*node)?;
+                let to = if matches!(ev, Event::NodeCordoned { .. }) {
+                    NodeStatus::Cordoned
+                } else {
+                    NodeStatus::Drained
+                };
+                let legal = match to {
+                    NodeStatus::Cordoned => n.status == NodeStatus::Ready,
+                    _ => matches!(n.status, NodeStatus::Ready | NodeStatus::Cordoned),
+                };
+                if !legal {
+                    return Err(ApplyError::IllegalNodeTransition { node: *node, from: n.status, event: ev.kind() });
+                }
+                self.capacity.set_schedulable(*node, false);
+                self.nodes[node.index()].status = to;
+            }
+            Event::NodeUncordoned { node } => {
+                let n = self.node_checked(*node)?;
+                if !matches!(n.status, NodeStatus::Cordoned | NodeStatus::Drained) {
+                    return Err(ApplyError::IllegalNodeTransition { node: *node, from: n.status, event: ev.kind() });
+                }
+                let f = n.flavor;
+                self.capacity.set_schedulable(*node, true);
+                self.nodes[node.index()].status = NodeStatus::Ready;
+                *at_mut(&mut self.capacity_version, f as usize) += 1;
+            }
+            Event::NodeLost { node, .. } => {
+                let n = self.node_checked(*node)?;
+                if n.status == NodeStatus::Lost {
+                    return Err(ApplyError::IllegalNodeTransition { node: *node, from: n.status, event: ev.kind() });
+                }
+                self.capacity.remove_node(*node);
+                let n = &mut self.nodes[node.index()];
+                n.status = NodeStatus::Lost;
+                for j in n.jobs.clone() {
+                    self.orphaned.insert(j);
+                }
+            }
+            Event::JobSubmitted { job, spec, at } => {
+                if self.jobs.contains_key(job) {
+                    return Err(ApplyError::DuplicateJob(*job));
+                }
+                let order = self.next_order;
+                self.next_order += 1;
+                self.jobs.insert(
+                    *job,
+                    Job {
+                        id: *job,
+                        spec: spec.clone(),
+                        phase: Phase::Submitted,
+                        tenant: None,
+                        level: 0,
+                        flavors: Vec::new(),
+                        order,
+                        submitted_at: *at,
+                        flavor: None,
+                        borrowed: 0,
+                        admit_order: 0,
+                        assignments: Vec::new(),
+                        started_at: None,
+                        first_started_at: None,
+                        ended_at: None,
+                        starts: 0,
+                        requeues: 0,
+                        lost_gpu_ms: 0,
+                        last_reason: None,
+                        rejection: None,
+                    },
+                );
+                self.counts.mv(None, Phase::Submitted);
+                self.awaiting.insert((order, *job));
+            }
+            Event::JobAccepted { job } => {
+                let j = self.expect_phase(*job, &[Phase::Submitted], ev.kind())?;
+                j.spec.check_fields()?;
+                let t = self
+                    .tenant_idx(&j.spec.tenant)
+                    .ok_or_else(|| ApplyError::UnknownTenant(j.spec.tenant.clone()))?;
+                let level = self
+                    .level_number(&j.spec.topology)
+                    .ok_or_else(|| FieldError::new("topology", "unknown level"))?;
+                let tenant = &self.tenants[t as usize];
+                let flavors = if j.spec.flavors.is_empty() {
+                    tenant.flavor_order.clone()
+                } else {
+                    let mut v = Vec::with_capacity(j.spec.flavors.len());
+                    for name in &j.spec.flavors {
+                        match self.flavor(name) {
+                            Some(f) if tenant.quota(f).is_some() => v.push(f),
+                            _ => return Err(ApplyError::BadFlavor(name.clone())),
+                        }
+                    }
+                    v
+                };
+                let order = j.order;
+                self.awaiting.remove(&(order, *job));
+                self.set_phase(*job, Phase::Queued);
+                let j = self.job_mut(*job)?;
+                j.tenant = Some(t);
+                j.level = level;
+                j.flavors = flavors;
+                let key = j.queue_key();
+                let tenant = &mut self.tenants[t as usize];
+                tenant.pending.insert(key);
+                tenant.version += 1;
+            }
+            Event::JobRejected { job, reason } => {
+                let j = self.expect_phase(*job, &[Phase::Submitted], ev.kind())?;
+                let order = j.order;
+                self.awaiting.remove(&(order, *job));
+                self.set_phase(*job, Phase::Rejected);
+                self.job_mut(*job)?.rejection = Some(reason.clone());
+            }
+            Event::JobAdmitted { job, flavor, borrowed, .. } => {
+                let j = self.expect_phase(*job, &[Phase::Queued], ev.kind())?;
+                let f = self
+                    .flavor(flavor)
+                    .filter(|f| j.flavors.contains(f))
+                    .ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
+                let t = j.tenant.ok_or(ApplyError::UnknownJob(*job))?;
+                let need = j.spec.total_gpus();
+                let tenant = &self.tenants[t as usize];
+                let q = tenant.quota(f).ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
+                let new_used = tenant.used(f) + need;
+                let limit = q.borrowing_limit.map_or(u64::MAX, |b| q.nominal as u64 + b as u64);
+                let limit = if tenant.cohort.is_none() { q.nominal as u64 } else { limit };
+                if new_used as u64 > limit {
+                    return Err(ApplyError::QuotaExceeded { job: *job, why: format!("tenant would use {new_used} of limit {limit}") });
+                }
+                if let Some(c) = tenant.cohort {
+                    let cohort = &self.cohorts[c as usize];
+                    let draw = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, tenant.used(f));
+                    if cohort.used(f) + draw > cohort.capacity(f) {
+                        return Err(ApplyError::QuotaExceeded { job: *job, why: format!("cohort {} would lend {} of {}", cohort.name, cohort.used(f) + draw, cohort.capacity(f)) });
+                    }
+                }
+                let key = j.queue_key();
+                self.tenants[t as usize].pending.remove(&key);
+                self.charge(t, f, new_used);
+                let order = self.next_order;
+                self.next_order += 1;
+                self.set_phase(*job, Phase::Admitted);
+                let j = self.job_mut(*job)?;
+                j.flavor = Some(f);
+                j.borrowed = *borrowed;
+                j.admit_order = order;
+                j.last_reason = None;
+                let pkey = j.placement_key();
+                self.unplaced[f as usize].insert(pkey);
+                *at_mut(&mut self.capacity_version, f as usize) += 1;
+            }
+            Event::JobPending { job, reason, .. } => {
+                self.expect_phase(*job, &[Phase::Queued, Phase::Admitted], ev.kind())?;
+                self.job_mut(*job)?.last_reason = Some(reason.clone());
+            }
+            Event::JobBound { job, assignments, .. } => {
+                let j = self.expect_phase(*job, &[Phase::Admitted], ev.kind())?;
+                self.check_binding(j, assignments)?;
+                let f = j.flavor.ok_or(ApplyError::UnknownJob(*job))?;
+                let key = j.placement_key();
+                self.unplaced[f as usize].remove(&key);
+                for a in assignments {
+                    let free = self.capacity.node_free(a.node);
+                    self.capacity.set_node_free(a.node, free - a.gpus);
+                    self.nodes[a.node.index()].jobs.push(*job);
+                }
+                self.set_phase(*job, Phase::Bound);
+                let j = self.job_mut(*job)?;
+                j.assignments = assignments.clone();
+                j.last_reason = None;
+            }
+            Event::JobStarted { job, at } => {
+                self.expect_phase(*job, &[Phase::Bound], ev.kind())?;
+                self.set_phase(*job, Phase::Running);
+                let j = self.job_mut(*job)?;
+                j.started_at = Some(*at);
+                j.first_started_at.get_or_insert(*at);
+                j.starts += 1;
+            }
+            Event::JobFinished { job, outcome, at } => {
+                self.expect_phase(*job, &[Phase::Running], ev.kind())?;
+                self.release(*job);
+                let to = match outcome {
+                    Outcome::Succeeded => Phase::Succeeded,
+                    Outcome::Failed => Phase::Failed,
+                };
+                self.set_phase(*job, to);
+                self.job_mut(*job)?.ended_at = Some(*at);
+            }
+            Event::JobCancelled { job, at } => {
+                let j = self.expect_phase(
+                    *job,
+                    &[Phase::Submitted, Phase::Queued, Phase::Admitted, Phase::Bound, Phase::Running],
+                    ev.kind(),
+                )?;
+                match j.phase {
+                    Phase::Submitted => {
+                        let order = j.order;
+                        self.awaiting.remove(&(order, *job));
+                    }
+                    Phase::Queued => {
+                        let key = j.queue_key();
+                        if let Some(t) = j.tenant {
+                            let tenant = &mut self.tenants[t as usize];
+                            tenant.pending.remove(&key);
+                            tenant.version += 1;
+                        }
+                    }
+                    _ => self.release(*job),
+                }
+                self.set_phase(*job, Phase::Cancelled);
+                self.job_mut(*job)?.ended_at = Some(*at);
+            }
+            Event::JobRequeued { job, lost_gpu_ms, .. } => {
+                self.expect_phase(*job, &[Phase::Bound, Phase::Running], ev.kind())?;
+                self.release(*job);
+                self.set_phase(*job, Phase::Queued);
+                let j = self.job_mut(*job)?;
+                j.requeues += 1;
+                j.lost_gpu_ms += lost_gpu_ms;
+                j.started_at = None;
+                let key = j.queue_key();
+                if let Some(t) = j.tenant {
+                    let tenant = &mut self.tenants[t as usize];
+                    tenant.pending.insert(key);
+                    tenant.version += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_binding(&self, j: &Job, assignments: &[Assignment]) -> Result<(), ApplyError> {
+        let bad = |why: String| ApplyError::BadBinding { job: j.id, why };
+        let g = j.spec.gpus_per_worker;
+        let total: u64 = assignments.iter().map(|a| a.gpus as u64).sum();
+        if total != j.spec.total_gpus() as u64 {
+            return Err(bad(format!("{total} GPUs bound, gang needs {}", j.spec.total_gpus())));
+        }
+        let mut domain = None;
+        let mut seen = BTreeSet::new();
+        for a in assignments {
+            let n = self.node_checked(a.node)?;
+            if !seen.insert(a.node) {
+                return Err(bad(format!("node {} listed twice", a.node)));
+            }
+            if a.gpus == 0 || a.gpus % g != 0 {
+                return Err(bad(format!("{} GPUs on {} is not a whole number of workers", a.gpus, a.node)));
+            }
+            if Some(n.flavor) != j.flavor {
+                return Err(bad(format!("node {} is not of the admitted flavor", a.node)));
+            }
+            if !self.capacity.is_schedulable(a.node) {
+                return Err(bad(format!("node {} is not schedulable", a.node)));
+            }
+            if self.capacity.node_free(a.node) < a.gpus {
+                return Err(bad(format!("node {} has {} GPUs free, {} asked", a.node, self.capacity.node_free(a.node), a.gpus)));
+            }
+            let d = self.capacity.node_domain(a.node, j.level);
+            if domain.is_some() && domain != d {
+                return Err(bad(format!("gang spans more than one {}", self.level_name(j.level))));
+            }
+            domain = d;
+        }
+        Ok(())
+    }
+
+    /// A hash of the state that matters, stable across runs and machines:
+    /// jobs and their phases and allocations, nodes, tenants' usage. Built
+    /// from the same events in the same order it is always the same.
+    pub fn state_hash(&self) -> String {
+        let mut h = blake3::Hasher::new();
+        let mut put = |b: &[u8]| {
+            h.update(&(b.len() as u64).to_le_bytes());
+            h.update(b);
+        };
+        for l in &self.levels {
+            put(l.as_bytes());
+        }
+        for n in &self.nodes {
+            put(n.spec.name.as_bytes());
+            put(self.flavor_name(n.flavor).as_bytes());
+            put(&[n.status as u8]);
+            put(&n.spec.gpus.to_le_bytes());
+        }
+        for (i, _) in self.nodes.iter().enumerate() {
+            put(&self.capacity.node_used(NodeId(i as u32)).to_le_bytes());
+        }
+        for t in &self.tenants {
+            put(t.spec.name.as_bytes());
+            for (f, u) in t.usage.iter().enumerate() {
+                if *u > 0 {
+                    put(self.flavor_name(f as FlavorIdx).as_bytes());
+                    put(&u.to_le_bytes());
+                }
+            }
+        }
+        let mut ids: Vec<&JobId> = self.jobs.keys().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let j = &self.jobs[id];
+            put(&id.0.to_le_bytes());
+            put(&[j.phase as u8]);
+            put(j.spec.tenant.as_bytes());
+            put(&j.spec.total_gpus().to_le_bytes());
+            put(&j.starts.to_le_bytes());
+            put(&j.requeues.to_le_bytes());
+            put(&j.lost_gpu_ms.to_le_bytes());
+            if let Some(f) = j.flavor {
+                put(self.flavor_name(f).as_bytes());
+            }
+            for a in &j.assignments {
+                put(&a.node.0.to_le_bytes());
+                put(&a.gpus.to_le_bytes());
+            }
+        }
+        h.finalize().to_hex()[..32].to_string()
+    }
+
+    /// Recomputes allocations and quota usage from the jobs and checks the
+    /// invariants of BRIEF §8 (1–3). O(state): for tests and replay checks.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.capacity.check_consistency()?;
+        let mut node_used = vec![0u64; self.nodes.len()];
+        let mut usage: FxHashMap<(TenantIdx, FlavorIdx), u64> = FxHashMap::default();
+        for j in self.jobs.values() {
+            if j.phase.holds_gpus() {
+                let mut domain = None;
+                let mut total = 0u64;
+                for a in &j.assignments {
+                    node_used[a.node.index()] += a.gpus as u64;
+                    total += a.gpus as u64;
+                    if a.gpus % j.spec.gpus_per_worker != 0 {
+                        return Err(format!("job {} has a partial worker", j.id));
+                    }
+                    let d = self.capacity.node_domain(a.node, j.level);
+                    if domain.is_some() && domain != d {
+                        return Err(format!("job {} spans two domains", j.id));
+                    }
+                    domain = d;
+                }
+                if total != j.spec.total_gpus() as u64 {
+                    return Err(format!("job {} is not whole: {total} GPUs", j.id));
+                }
+            } else if !j.assignments.is_empty() {
+                return Err(format!("job {} holds GPUs in phase {:?}", j.id, j.phase));
+            }
+            if j.phase.holds_quota() {
+                let (Some(t), Some(f)) = (j.tenant, j.flavor) else {
+                    return Err(format!("job {} holds quota without tenant or flavor", j.id));
+                };
+                *usage.entry((t, f)).or_default() += j.spec.total_gpus() as u64;
+            }
+        }
+        for (i, used) in node_used.iter().enumerate() {
+            let n = NodeId(i as u32);
+            if *used != self.capacity.node_used(n) as u64 {
+                return Err(format!("node {n}: jobs hold {used}, index says {}", self.capacity.node_used(n)));
+            }
+            if *used > self.capacity.node_gpus(n) as u64 {
+                return Err(format!("node {n} is double-booked"));
+            }
+        }
+        for (ti, t) in self.tenants.iter().enumerate() {
+            for f in 0..self.flavors.len() {
+                let f = f as FlavorIdx;
+                let used = usage.get(&(ti as TenantIdx, f)).copied().unwrap_or(0);
+                if used != t.used(f) as u64 {
+                    return Err(format!("tenant {} usage drifted in {}", t.spec.name, self.flavor_name(f)));
+                }
+                if let Some(q) = t.quota(f) {
+                    let limit = if t.cohort.is_none() {
+                        q.nominal as u64
+                    } else {
+                        q.borrowing_limit.map_or(u64::MAX, |b| (q.nominal + b) as u64)
+                    };
+                    if used > limit {
+                        return Err(format!("tenant {} uses {used} > limit {limit}", t.spec.name));
+                    }
+                } else if used > 0 {
+                    return Err(format!("tenant {} uses an unlisted flavor", t.spec.name));
+                }
+            }
+        }
+        for c in &self.cohorts {
+            for f in 0..self.flavors.len() {
+                let f = f as FlavorIdx;
+                let drawn: u64 = c
+                    .members
+                    .iter()
+                    .map(|&m| {
+                        let t = &self.tenants[m as usize];
+                        t.pool_draw(f, t.used(f)) as u64
+                    })
+                    .sum();
+                if drawn != c.used(f) as u64 {
+                    return Err(format!("cohort {} pool drifted", c.name));
+                }
+                if drawn > c.capacity(f) as u64 {
+                    return Err(format!("cohort {} lends {drawn} > {}", c.name, c.capacity(f)));
+                }
+            }
+        }
+        let counted: u64 = Phase::ALL.iter().map(|p| self.counts.get(*p)).sum();
+        if counted != self.jobs.len() as u64 {
+            return Err("phase counts drifted".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,453 @@
+//! gpusched events: every fact and decision, named in the past tense.
+//!
+//! Owns: the `Event` enum, the reasons a job waits or is refused
+//! (`PendingReason`, `RejectReason`) and which stage may write which kind
+//! (`Event::producer`).
+//!
+//! Must never: change state (that is `gpusched-core`'s `State::apply`),
+//! perform I/O, or reorder or remove enum variants: encodings by position
+//! (postcard) depend on the order, so new variants are only ever appended.
+
+use gpusched_model::{Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// GPUs of one job on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The node.
+    pub node: NodeId,
+    /// GPUs taken on it (a whole number of workers).
+    pub gpus: Gpus,
+}
+
+/// Why a job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Ran to completion.
+    Succeeded,
+    /// Exited with an error.
+    Failed,
+}
+
+/// Why a running or bound job went back to its queue.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum RequeueReason {
+    /// A node it ran on was lost.
+    NodeLost {
+        /// The lost node.
+        node: NodeId,
+    },
+}
+
+/// Why a job is not running yet. Data, not prose: `explain` renders it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PendingReason {
+    /// The tenant's own limit in its flavor stops it: usage plus the job
+    /// would exceed nominal plus borrowing limit.
+    QuotaExceeded {
+        /// Flavor (the job's most preferred).
+        flavor: String,
+        /// GPUs the tenant uses in that flavor.
+        used: Gpus,
+        /// The tenant's nominal quota there.
+        nominal: Gpus,
+        /// GPUs it may still borrow (borrowing limit left, capped by what the cohort lends).
+        borrowable: Gpus,
+        /// GPUs the job needs.
+        need: Gpus,
+    },
+    /// The cohort has no more lendable quota in the flavor.
+    CohortExhausted {
+        /// Flavor (the job's most preferred).
+        flavor: String,
+        /// Cohort name.
+        cohort: String,
+        /// GPUs the tenant uses in that flavor.
+        used: Gpus,
+        /// The tenant's nominal quota there.
+        nominal: Gpus,
+        /// GPUs the cohort can still lend.
+        lendable_left: Gpus,
+        /// GPUs the job needs.
+        need: Gpus,
+    },
+    /// Admitted, but no domain of the asked level has room for the gang now.
+    NoDomainFits {
+        /// Flavor it was admitted to.
+        flavor: String,
+        /// Topology level asked.
+        level: String,
+        /// Workers × GPUs per worker.
+        workers: u32,
+        /// GPUs per worker.
+        gpus_per_worker: Gpus,
+        /// Most free GPUs in any one domain of that level.
+        largest_free: Gpus,
+    },
+    /// Strict FIFO: waiting behind the tenant's blocked head.
+    BehindHead {
+        /// The blocked head of the queue.
+        head: JobId,
+    },
+}
+
+impl PendingReason {
+    /// A short stable name of the reason's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PendingReason::QuotaExceeded { .. } => "quota_exceeded",
+            PendingReason::CohortExhausted { .. } => "cohort_exhausted",
+            PendingReason::NoDomainFits { .. } => "no_domain_fits",
+            PendingReason::BehindHead { .. } => "behind_head",
+        }
+    }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::QuotaExceeded { flavor, used, nominal, borrowable, need } => write!(
+                f,
+                "quota exceeded in {flavor}: uses {used} of nominal {nominal}, may borrow {borrowable} more, needs {need}"
+            ),
+            PendingReason::CohortExhausted { flavor, cohort, used, nominal, lendable_left, need } => write!(
+                f,
+                "cohort {cohort} has {lendable_left} GPUs of {flavor} left to lend; tenant uses {used} of nominal {nominal}, needs {need}"
+            ),
+            PendingReason::NoDomainFits { flavor, level, workers, gpus_per_worker, largest_free } => write!(
+                f,
+                "no {level} of {flavor} has room for {workers}×{gpus_per_worker} GPUs; largest free {level} has {largest_free}"
+            ),
+            PendingReason::BehindHead { head } => write!(f, "strict FIFO: behind blocked head job {head}"),
+        }
+    }
+}
+
+/// Why a submission was refused. Every variant names what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RejectReason {
+    /// A field broke a rule.
+    InvalidField {
+        /// The field.
+        field: String,
+        /// The rule.
+        rule: String,
+    },
+    /// No such tenant.
+    UnknownTenant {
+        /// The name given.
+        tenant: String,
+    },
+    /// No such flavor in the cluster or tenant.
+    UnknownFlavor {
+        /// The name given.
+        flavor: String,
+    },
+    /// No such topology level.
+    UnknownLevel {
+        /// The name given.
+        level: String,
+    },
+    /// The gang fits in no domain of the asked level in any acceptable flavor,
+    /// even with the whole cluster idle.
+    GangTooLarge {
+        /// Level asked.
+        level: String,
+        /// GPUs asked.
+        need: Gpus,
+        /// The most a single domain of that level could hold for this shape.
+        largest_domain: Gpus,
+    },
+    /// The job needs more than the tenant may ever use in any acceptable flavor.
+    ExceedsQuotaLimit {
+        /// GPUs asked.
+        need: Gpus,
+        /// The tenant's nominal + borrowing limit in its best flavor.
+        limit: Gpus,
+    },
+    /// The same job id was submitted twice.
+    DuplicateJob,
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectReason::InvalidField { field, rule } => write!(f, "{field}: {rule}"),
+            RejectReason::UnknownTenant { tenant } => write!(f, "tenant: unknown tenant {tenant:?}"),
+            RejectReason::UnknownFlavor { flavor } => write!(f, "flavors: unknown flavor {flavor:?}"),
+            RejectReason::UnknownLevel { level } => write!(f, "topology: unknown level {level:?}"),
+            RejectReason::GangTooLarge { level, need, largest_domain } => write!(
+                f,
+                "workers: gang of {need} GPUs fits in no {level}; the largest {level} holds {largest_domain} for this shape"
+            ),
+            RejectReason::ExceedsQuotaLimit { need, limit } => write!(
+                f,
+                "workers: gang of {need} GPUs exceeds the tenant's quota limit of {limit}"
+            ),
+            RejectReason::DuplicateJob => write!(f, "job id already used"),
+        }
+    }
+}
+
+/// Which part of gpusched may write an event kind (BRIEF §9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Producer {
+    /// Operator configuration (tenants, topology).
+    Admin,
+    /// The API gateway (submissions, cancellations).
+    Gateway,
+    /// Validation against policy and cluster shape.
+    Admission,
+    /// Quota ledger and fair-share order.
+    Quota,
+    /// The only GPU allocator.
+    Placement,
+    /// Victim choice and eviction.
+    Preemption,
+    /// Node agents: facts, not decisions.
+    Agent,
+}
+
+/// Everything that ever changes scheduler state.
+///
+/// Variants are only appended, never reordered or removed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum Event {
+    /// Topology level names, outermost first; the node level is implied.
+    /// Must come before the first node.
+    TopologyConfigured {
+        /// Level names, e.g. `["rack", "block"]`.
+        levels: Vec<String>,
+    },
+    /// A tenant was created or its configuration replaced.
+    TenantConfigured {
+        /// The full configuration.
+        spec: TenantSpec,
+    },
+    /// A node joined the cluster.
+    NodeAdded {
+        /// Its id: the number of nodes added before it.
+        node: NodeId,
+        /// What the agent reported.
+        spec: NodeSpec,
+        /// When.
+        at: Timestamp,
+    },
+    /// No new work may be placed on the node.
+    NodeCordoned {
+        /// The node.
+        node: NodeId,
+    },
+    /// The node takes new work again.
+    NodeUncordoned {
+        /// The node.
+        node: NodeId,
+    },
+    /// Cordoned for maintenance; running jobs finish, then it stays empty.
+    NodeDrained {
+        /// The node.
+        node: NodeId,
+    },
+    /// The node is gone; its jobs must be requeued.
+    NodeLost {
+        /// The node.
+        node: NodeId,
+        /// When it was noticed.
+        at: Timestamp,
+    },
+    /// A user submitted a job.
+    JobSubmitted {
+        /// The job's id.
+        job: JobId,
+        /// What was asked.
+        spec: JobSpec,
+        /// When.
+        at: Timestamp,
+    },
+    /// The job passed validation and joined its tenant's queue.
+    JobAccepted {
+        /// The job.
+        job: JobId,
+    },
+    /// The job was refused at submission.
+    JobRejected {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: RejectReason,
+    },
+    /// Quota was charged to the job in a flavor.
+    JobAdmitted {
+        /// The job.
+        job: JobId,
+        /// The flavor chosen.
+        flavor: String,
+        /// GPUs of the charge above the tenant's nominal quota.
+        borrowed: Gpus,
+        /// When.
+        at: Timestamp,
+    },
+    /// A stage could not move the job on; `explain` reads this.
+    JobPending {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: PendingReason,
+        /// When.
+        at: Timestamp,
+    },
+    /// GPUs on specific nodes were allocated to the whole gang.
+    JobBound {
+        /// The job.
+        job: JobId,
+        /// GPUs per node.
+        assignments: Vec<Assignment>,
+        /// When.
+        at: Timestamp,
+    },
+    /// The agent started every worker.
+    JobStarted {
+        /// The job.
+        job: JobId,
+        /// When.
+        at: Timestamp,
+    },
+    /// The job exited.
+    JobFinished {
+        /// The job.
+        job: JobId,
+        /// How.
+        outcome: Outcome,
+        /// When.
+        at: Timestamp,
+    },
+    /// The user cancelled the job.
+    JobCancelled {
+        /// The job.
+        job: JobId,
+        /// When.
+        at: Timestamp,
+    },
+    /// The job lost its GPUs and went back to its queue.
+    JobRequeued {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: RequeueReason,
+        /// GPU-milliseconds of work lost (since the last complete checkpoint).
+        lost_gpu_ms: u64,
+        /// When.
+        at: Timestamp,
+    },
+}
+
+impl Event {
+    /// The stage allowed to write this kind (BRIEF §9).
+    pub fn producer(&self) -> Producer {
+        use Event::*;
+        match self {
+            TopologyConfigured { .. }
+            | TenantConfigured { .. }
+            | NodeCordoned { .. }
+            | NodeUncordoned { .. }
+            | NodeDrained { .. } => Producer::Admin,
+            NodeAdded { .. } | NodeLost { .. } | JobStarted { .. } | JobFinished { .. } => {
+                Producer::Agent
+            }
+            JobSubmitted { .. } | JobCancelled { .. } => Producer::Gateway,
+            JobAccepted { .. } | JobRejected { .. } => Producer::Admission,
+            JobAdmitted { .. } => Producer::Quota,
+            JobPending { reason, .. } => match reason {
+                PendingReason::NoDomainFits { .. } => Producer::Placement,
+                _ => Producer::Quota,
+            },
+            JobBound { .. } => Producer::Placement,
+            JobRequeued { .. } => Producer::Preemption,
+        }
+    }
+
+    /// A short stable name of the kind, e.g. `job_bound`.
+    pub fn kind(&self) -> &'static str {
+        use Event::*;
+        match self {
+            TopologyConfigured { .. } => "topology_configured",
+            TenantConfigured { .. } => "tenant_configured",
+            NodeAdded { .. } => "node_added",
+            NodeCordoned { .. } => "node_cordoned",
+            NodeUncordoned { .. } => "node_uncordoned",
+            NodeDrained { .. } => "node_drained",
+            NodeLost { .. } => "node_lost",
+            JobSubmitted { .. } => "job_submitted",
+            JobAccepted { .. } => "job_accepted",
+            JobRejected { .. } => "job_rejected",
+            JobAdmitted { .. } => "job_admitted",
+            JobPending { .. } => "job_pending",
+            JobBound { .. } => "job_bound",
+            JobStarted { .. } => "job_started",
+            JobFinished { .. } => "job_finished",
+            JobCancelled { .. } => "job_cancelled",
+            JobRequeued { .. } => "job_requeued",
+        }
+    }
+
+    /// The job this event is about, if any.
+    pub fn job(&self) -> Option<JobId> {
+        use Event::*;
+        match self {
+            JobSubmitted { job, .. }
+            | JobAccepted { job }
+            | JobRejected { job, .. }
+            | JobAdmitted { job, .. }
+            | JobPending { job, .. }
+            | JobBound { job, .. }
+            | JobStarted { job, .. }
+            | JobFinished { job, .. }
+            | JobCancelled { job, .. }
+            | JobRequeued { job, .. } => Some(*job),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_tagged_and_readable() {
+        let e = Event::JobBound {
+            job: JobId(7),
+            assignments: vec![Assignment { node: NodeId(3), gpus: 8 }],
+            at: Timestamp(1000),
+        };
+        let s = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            s,
+            r#"{"type":"job_bound","job":7,"assignments":[{"node":3,"gpus":8}],"at":1000}"#
+        );
+        let back: Event = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, e);
+        assert_eq!(e.kind(), "job_bound");
+        assert_eq!(e.producer(), Producer::Placement);
+    }
+
+    #[test]
+    fn reasons_render_their_numbers() {
+        let r = PendingReason::QuotaExceeded {
+            flavor: "h100".into(),
+            used: 16,
+            nominal: 16,
+            borrowable: 0,
+            need: 8,
+        };
+        let s = r.to_string();
+        assert!(s.contains("16 of nominal 16") && s.contains("needs 8"), "{s}");
+    }
+}

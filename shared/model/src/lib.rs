@@ -1,0 +1,371 @@
+//! The gpusched domain model: the nouns every other crate speaks.
+//!
+//! Owns: identifiers, time, node, tenant (queue) and job specifications,
+//! priority classes and topology requirements, plus the field-level
+//! validation of a specification on its own.
+//!
+//! Must never: hold scheduler state, perform I/O, read a clock, or decide
+//! anything. Decisions live in `gpusched-core`; facts and decisions travel
+//! as `gpusched-events`.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A count of GPUs.
+pub type Gpus = u32;
+
+/// A job's identity, unique for the life of an event log.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A node's identity: its position in the order nodes were added.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The node's position, usable as a vector index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// A point in time, in milliseconds. Real services use milliseconds since the
+/// Unix epoch; the simulator uses milliseconds of virtual time since its start.
+/// The core never reads a clock: time is always passed in.
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// A timestamp from whole seconds.
+    pub fn from_secs(s: u64) -> Self {
+        Timestamp(s.saturating_mul(1000))
+    }
+    /// Whole seconds, rounded down.
+    pub fn as_secs(self) -> u64 {
+        self.0 / 1000
+    }
+    /// Seconds as a float.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0 as f64 / 1000.0
+    }
+    /// Milliseconds from `earlier` to `self`, zero if `earlier` is later.
+    pub fn millis_since(self, earlier: Timestamp) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+    /// This time plus `s` seconds.
+    pub fn plus_secs(self, s: u64) -> Self {
+        Timestamp(self.0.saturating_add(s.saturating_mul(1000)))
+    }
+}
+
+/// The topology level a gang must fit inside.
+///
+/// `Any` means anywhere in one flavor's pool, `Node` means a single node;
+/// the levels in between are named by the cluster's topology (by default
+/// `rack` then `block`).
+pub const LEVEL_ANY: &str = "any";
+/// The innermost topology level: one node.
+pub const LEVEL_NODE: &str = "node";
+/// Default topology level names, outermost first (the node level is implied).
+pub const DEFAULT_LEVELS: [&str; 2] = ["rack", "block"];
+
+/// How a tenant's queue treats a head it cannot admit.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueingMode {
+    /// A blocked head blocks every job behind it.
+    #[default]
+    StrictFifo,
+    /// A job behind a blocked head may pass it when it fits.
+    BestEffortFifo,
+}
+
+/// A tenant's quota in one GPU flavor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FlavorQuota {
+    /// GPU flavor name, e.g. `h100-80g`.
+    pub flavor: String,
+    /// GPUs the tenant is entitled to.
+    pub nominal: Gpus,
+    /// GPUs the tenant may use above nominal, borrowed from its cohort;
+    /// `None` is unlimited (bounded by the cohort).
+    #[serde(default)]
+    pub borrowing_limit: Option<Gpus>,
+    /// GPUs of its nominal quota the tenant lends to its cohort when idle;
+    /// `None` lends all of it.
+    #[serde(default)]
+    pub lending_limit: Option<Gpus>,
+}
+
+impl FlavorQuota {
+    /// The part of nominal quota lendable to the cohort.
+    pub fn lendable(&self) -> Gpus {
+        self.lending_limit.map_or(self.nominal, |l| l.min(self.nominal))
+    }
+}
+
+/// A tenant: one queue with quotas inside a cohort.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantSpec {
+    /// Unique tenant name.
+    pub name: String,
+    /// Cohort sharing unused quota; `None` neither lends nor borrows.
+    #[serde(default)]
+    pub cohort: Option<String>,
+    /// Fair-share weight among borrowers (> 0).
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// Strict or best-effort FIFO.
+    #[serde(default)]
+    pub queueing: QueueingMode,
+    /// Quota per flavor; a flavor not listed cannot be used by this tenant.
+    #[serde(default)]
+    pub quotas: Vec<FlavorQuota>,
+    /// Whether a higher-priority job of this tenant may evict a lower one.
+    #[serde(default = "default_true")]
+    pub priority_preemption: bool,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+fn default_true() -> bool {
+    true
+}
+
+/// A named priority value, as in Kubernetes PriorityClass or Slurm QOS.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PriorityClass {
+    /// Class name, e.g. `production`.
+    pub name: String,
+    /// Priority value; higher runs first.
+    pub value: i32,
+}
+
+/// A node as registered by its agent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeSpec {
+    /// Unique node name.
+    pub name: String,
+    /// GPU flavor of every GPU on the node.
+    pub flavor: String,
+    /// GPUs on the node.
+    pub gpus: Gpus,
+    /// Topology path, outermost level first (e.g. `["rack-3", "block-1"]`),
+    /// one entry per configured level.
+    pub path: Vec<String>,
+}
+
+/// How a job checkpoints.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CheckpointPolicy {
+    /// Seconds between checkpoint starts.
+    pub interval_s: u64,
+    /// Seconds one checkpoint takes to complete.
+    pub duration_s: u64,
+}
+
+/// What a user submits.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Tenant (queue) the job runs under.
+    pub tenant: String,
+    /// Priority; higher runs first within a tenant.
+    #[serde(default)]
+    pub priority: i32,
+    /// Workers in the gang (all start together or none does).
+    pub workers: u32,
+    /// GPUs each worker needs on one node.
+    pub gpus_per_worker: Gpus,
+    /// Acceptable flavors, most preferred first; empty means the tenant's
+    /// flavors in the tenant's order.
+    #[serde(default)]
+    pub flavors: Vec<String>,
+    /// Topology level the whole gang must fit inside (`node`, a level name
+    /// such as `block` or `rack`, or `any`).
+    #[serde(default = "default_topology")]
+    pub topology: String,
+    /// Whether the job may be preempted.
+    #[serde(default = "default_true")]
+    pub preemptible: bool,
+    /// Checkpoint policy, if the job checkpoints.
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointPolicy>,
+    /// Declared maximum runtime in seconds, if any.
+    #[serde(default)]
+    pub max_runtime_s: Option<u64>,
+}
+
+fn default_topology() -> String {
+    LEVEL_ANY.to_string()
+}
+
+impl JobSpec {
+    /// GPUs the whole gang needs.
+    pub fn total_gpus(&self) -> Gpus {
+        self.workers.saturating_mul(self.gpus_per_worker)
+    }
+
+    /// Field-level checks that need no cluster knowledge.
+    pub fn check_fields(&self) -> Result<(), FieldError> {
+        if self.tenant.trim().is_empty() {
+            return Err(FieldError::new("tenant", "must not be empty"));
+        }
+        if self.workers == 0 {
+            return Err(FieldError::new("workers", "must be at least 1"));
+        }
+        if self.gpus_per_worker == 0 {
+            return Err(FieldError::new("gpus_per_worker", "must be at least 1"));
+        }
+        if self.workers.checked_mul(self.gpus_per_worker).is_none() {
+            return Err(FieldError::new(
+                "workers",
+                "workers × gpus_per_worker overflows",
+            ));
+        }
+        if let Some(c) = &self.checkpoint {
+            if c.interval_s == 0 {
+                return Err(FieldError::new(
+                    "checkpoint.interval_s",
+                    "must be at least 1",
+                ));
+            }
+        }
+        if self.max_runtime_s == Some(0) {
+            return Err(FieldError::new("max_runtime_s", "must be at least 1"));
+        }
+        if self.flavors.iter().any(|f| f.trim().is_empty()) {
+            return Err(FieldError::new("flavors", "must not contain empty names"));
+        }
+        Ok(())
+    }
+}
+
+impl TenantSpec {
+    /// Field-level checks that need no cluster knowledge.
+    pub fn check_fields(&self) -> Result<(), FieldError> {
+        if self.name.trim().is_empty() {
+            return Err(FieldError::new("name", "must not be empty"));
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return Err(FieldError::new("weight", "must be a finite number > 0"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for q in &self.quotas {
+            if !seen.insert(q.flavor.as_str()) {
+                return Err(FieldError::new("quotas.flavor", "listed twice"));
+            }
+            if q.flavor.trim().is_empty() {
+                return Err(FieldError::new("quotas.flavor", "must not be empty"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NodeSpec {
+    /// Field-level checks against the number of configured topology levels.
+    pub fn check_fields(&self, levels: usize) -> Result<(), FieldError> {
+        if self.name.trim().is_empty() {
+            return Err(FieldError::new("name", "must not be empty"));
+        }
+        if self.flavor.trim().is_empty() {
+            return Err(FieldError::new("flavor", "must not be empty"));
+        }
+        if self.gpus == 0 {
+            return Err(FieldError::new("gpus", "must be at least 1"));
+        }
+        if self.gpus > MAX_GPUS_PER_NODE {
+            return Err(FieldError::new("gpus", "must be at most 64"));
+        }
+        if self.path.len() != levels {
+            return Err(FieldError::new(
+                "path",
+                "must have one entry per configured topology level",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Largest GPU count of one node the capacity index accepts.
+pub const MAX_GPUS_PER_NODE: Gpus = 64;
+
+/// A field that failed validation, and the rule it broke.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[error("{field}: {rule}")]
+pub struct FieldError {
+    /// The field's name as the user wrote it.
+    pub field: String,
+    /// The rule it broke, in lowercase words.
+    pub rule: String,
+}
+
+impl FieldError {
+    /// A new field error.
+    pub fn new(field: &str, rule: &str) -> Self {
+        FieldError {
+            field: field.to_string(),
+            rule: rule.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            tenant: "a".into(),
+            priority: 0,
+            workers: 2,
+            gpus_per_worker: 4,
+            flavors: vec![],
+            topology: "block".into(),
+            preemptible: true,
+            checkpoint: None,
+            max_runtime_s: None,
+        }
+    }
+
+    #[test]
+    fn zero_gpus_names_the_field() {
+        let mut s = spec();
+        s.gpus_per_worker = 0;
+        assert_eq!(s.check_fields().unwrap_err().field, "gpus_per_worker");
+        let mut s = spec();
+        s.workers = 0;
+        assert_eq!(s.check_fields().unwrap_err().field, "workers");
+        assert!(spec().check_fields().is_ok());
+        assert_eq!(spec().total_gpus(), 8);
+    }
+
+    #[test]
+    fn lendable_is_capped_by_nominal() {
+        let q = FlavorQuota {
+            flavor: "x".into(),
+            nominal: 8,
+            borrowing_limit: None,
+            lending_limit: Some(20),
+        };
+        assert_eq!(q.lendable(), 8);
+    }
+}
