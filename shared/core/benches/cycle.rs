@@ -1,1 +1,182 @@
-fn main() {}
+//! Cycle time against queue depth: the loop must be bounded (BRIEF §2).
+//!
+//! Builds a 10,000-node cluster (40 racks × 10 blocks × 25 nodes × 8 GPUs),
+//! loads it to about 70% with a mix of jobs and gangs, then queues 1k, 10k,
+//! 100k and 1M pending jobs and times one scheduling decision pass (quota
+//! admission of K heads, then placement of K admitted jobs) with an empty
+//! scan memo, so every pass does its full bounded work. Prints p50/p99/max
+//! per depth and the p99 ratio of 1M to 1k in the same run.
+//!
+//! Run: `cargo bench -p gpusched-core --bench cycle` (add `-- quick` for 1k and 100k only).
+
+use gpusched_core::{placement, quota, run_cycle, CycleConfig, ScanMemo, State};
+use gpusched_events::Event;
+use gpusched_model::{
+    FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, QueueingMode, TenantSpec, Timestamp,
+};
+use std::time::Instant;
+
+const TENANTS: usize = 4;
+
+fn job(i: u64, tenant: usize) -> JobSpec {
+    // Deterministic size mix: mostly small, some 8-GPU, some 2×8 and 4×8 block gangs.
+    let (workers, gpw, topology) = match i % 20 {
+        0..=9 => (1, 1, "node"),
+        10..=13 => (1, 2, "node"),
+        14..=15 => (1, 4, "node"),
+        16..=17 => (1, 8, "node"),
+        18 => (2, 8, "block"),
+        _ => (4, 8, "block"),
+    };
+    JobSpec {
+        tenant: format!("team-{tenant}"),
+        priority: (i % 3) as i32,
+        workers,
+        gpus_per_worker: gpw,
+        flavors: vec![],
+        topology: topology.into(),
+        preemptible: true,
+        checkpoint: None,
+        max_runtime_s: None,
+    }
+}
+
+fn cluster() -> State {
+    let mut s = State::new();
+    let mut id = 0;
+    for r in 0..40 {
+        for b in 0..10 {
+            for n in 0..25 {
+                let e = Event::NodeAdded {
+                    node: NodeId(id),
+                    spec: NodeSpec {
+                        name: format!("r{r}-b{b}-n{n}"),
+                        flavor: "h100-80g".into(),
+                        gpus: 8,
+                        path: vec![format!("r{r}"), format!("b{b}")],
+                    },
+                    at: Timestamp(0),
+                };
+                s.apply(&e).expect("node");
+                id += 1;
+            }
+        }
+    }
+    for t in 0..TENANTS {
+        let e = Event::TenantConfigured {
+            spec: TenantSpec {
+                name: format!("team-{t}"),
+                cohort: Some("org".into()),
+                weight: 1.0,
+                queueing: if t % 2 == 0 {
+                    QueueingMode::BestEffortFifo
+                } else {
+                    QueueingMode::StrictFifo
+                },
+                quotas: vec![FlavorQuota {
+                    flavor: "h100-80g".into(),
+                    nominal: 20_000,
+                    borrowing_limit: None,
+                    lending_limit: None,
+                }],
+                priority_preemption: true,
+            },
+        };
+        s.apply(&e).expect("tenant");
+    }
+    s
+}
+
+fn submit(s: &mut State, next: &mut u64, n: usize) {
+    for _ in 0..n {
+        let i = *next;
+        *next += 1;
+        let spec = job(i, (i % TENANTS as u64) as usize);
+        s.apply(&Event::JobSubmitted {
+            job: JobId(i),
+            spec,
+            at: Timestamp(0),
+        })
+        .expect("submit");
+        s.apply(&Event::JobAccepted { job: JobId(i) })
+            .expect("accept");
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let sizes: &[usize] = if quick {
+        &[1_000, 100_000]
+    } else {
+        &[1_000, 10_000, 100_000, 1_000_000]
+    };
+    let cfg = CycleConfig::default();
+    let iters = 300;
+    println!(
+        "cycle time vs pending depth; 10,000 nodes × 8 GPUs, ~70% loaded, K = {}",
+        cfg.max_heads
+    );
+    println!(
+        "{:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
+        "pending", "p50_us", "p99_us", "max_us", "heads", "probes"
+    );
+    let mut p99s = Vec::new();
+    for &n in sizes {
+        let mut s = cluster();
+        let mut next = 1u64;
+        // Load the cluster to ~70% with a filler population.
+        submit(&mut s, &mut next, 14_500);
+        let mut memo = ScanMemo::default();
+        for _ in 0..10_000 {
+            let out = run_cycle(&mut s, &mut memo, &cfg, Timestamp(0)).expect("cycle");
+            if out.stats.decisions == 0 {
+                break;
+            }
+        }
+        let used = s.gpus_in_use();
+        if std::env::var("BENCH_DEBUG").is_ok() {
+            let c = s.phase_counts();
+            eprintln!(
+                "queued {} admitted {} running {} bound {}",
+                c.get(gpusched_core::Phase::Queued),
+                c.get(gpusched_core::Phase::Admitted),
+                c.get(gpusched_core::Phase::Running),
+                c.get(gpusched_core::Phase::Bound)
+            );
+        }
+        // The pending population under test, plus one admission pass so
+        // placement has K admitted jobs to look at.
+        submit(&mut s, &mut next, n);
+        let (adm, _) = quota::decide(&s, &mut ScanMemo::default(), &cfg, Timestamp(1));
+        for e in &adm {
+            s.apply(e).expect("admit");
+        }
+        let mut times = Vec::with_capacity(iters);
+        let (mut heads, mut probes) = (0, 0);
+        for _ in 0..iters {
+            let t = Instant::now();
+            let (a, qs) = quota::decide(&s, &mut ScanMemo::default(), &cfg, Timestamp(2));
+            let (b, ps) = placement::decide(&s, &mut ScanMemo::default(), &cfg, Timestamp(2));
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+            std::hint::black_box((a, b));
+            heads = qs.heads_examined + ps.heads_examined;
+            probes = ps.domains_probed;
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        let p = |q: f64| times[((q * iters as f64).ceil() as usize).clamp(1, iters) - 1];
+        println!(
+            "{:>10} {:>10.0} {:>10.0} {:>10.0} {:>8} {:>8}   (cluster {:.0}% used)",
+            n,
+            p(0.5),
+            p(0.99),
+            times[iters - 1],
+            heads,
+            probes,
+            100.0 * used as f64 / 80_000.0
+        );
+        p99s.push((n, p(0.99)));
+    }
+    if let (Some(first), Some(last)) = (p99s.first(), p99s.last()) {
+        println!("p99 ratio {}/{}: {:.2}", last.0, first.0, last.1 / first.1);
+    }
+}

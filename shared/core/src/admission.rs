@@ -14,10 +14,11 @@ use gpusched_model::{Gpus, JobSpec, Timestamp};
 
 /// Checks a job specification against the current state.
 pub fn validate(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
-    spec.check_fields().map_err(|e| RejectReason::InvalidField {
-        field: e.field,
-        rule: e.rule,
-    })?;
+    spec.check_fields()
+        .map_err(|e| RejectReason::InvalidField {
+            field: e.field,
+            rule: e.rule,
+        })?;
     let t = state
         .tenant_idx(&spec.tenant)
         .ok_or_else(|| RejectReason::UnknownTenant {
@@ -34,9 +35,11 @@ pub fn validate(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
     } else {
         let mut v = Vec::new();
         for name in &spec.flavors {
-            let f = state.flavor(name).ok_or_else(|| RejectReason::UnknownFlavor {
-                flavor: name.clone(),
-            })?;
+            let f = state
+                .flavor(name)
+                .ok_or_else(|| RejectReason::UnknownFlavor {
+                    flavor: name.clone(),
+                })?;
             if tenant.quota(f).is_none() {
                 return Err(RejectReason::InvalidField {
                     field: "flavors".into(),
@@ -93,7 +96,9 @@ pub fn quota_limit(state: &State, t: crate::state::TenantIdx, f: FlavorIdx) -> G
         None => q.nominal,
         Some(c) => {
             let by_pool = q.guaranteed().saturating_add(state.cohort(c).capacity(f));
-            let by_limit = q.borrowing_limit.map_or(Gpus::MAX, |b| q.nominal.saturating_add(b));
+            let by_limit = q
+                .borrowing_limit
+                .map_or(Gpus::MAX, |b| q.nominal.saturating_add(b));
             by_pool.min(by_limit)
         }
     }

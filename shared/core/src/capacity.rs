@@ -152,7 +152,8 @@ impl CapacityIndex {
 
     /// GPUs of a flavor on present nodes.
     pub fn flavor_capacity(&self, f: FlavorIdx) -> Gpus {
-        self.pool(f).map_or(0, |d| self.domains[d as usize].capacity)
+        self.pool(f)
+            .map_or(0, |d| self.domains[d as usize].capacity)
     }
 
     fn pool(&self, f: FlavorIdx) -> Option<DomainIdx> {
@@ -218,8 +219,20 @@ impl CapacityIndex {
         self.set_schedulable(id, true);
     }
 
-    fn reposition(&mut self, f: FlavorIdx, level: u8, d: DomainIdx, old: Gpus, new: Gpus, cap: bool) {
-        let sets = if cap { &mut self.by_capacity } else { &mut self.by_free };
+    fn reposition(
+        &mut self,
+        f: FlavorIdx,
+        level: u8,
+        d: DomainIdx,
+        old: Gpus,
+        new: Gpus,
+        cap: bool,
+    ) {
+        let sets = if cap {
+            &mut self.by_capacity
+        } else {
+            &mut self.by_free
+        };
         let set = &mut sets[f as usize][level as usize];
         set.remove(&(old, d));
         set.insert((new, d));
@@ -346,7 +359,11 @@ impl CapacityIndex {
     /// level could hold with all present nodes idle; probes domains from the
     /// largest down and stops at the first that holds `workers`.
     pub fn max_domain_slots(&self, f: FlavorIdx, level: u8, workers: u32, g: Gpus) -> u64 {
-        let Some(set) = self.by_capacity.get(f as usize).and_then(|l| l.get(level as usize)) else {
+        let Some(set) = self
+            .by_capacity
+            .get(f as usize)
+            .and_then(|l| l.get(level as usize))
+        else {
             return 0;
         };
         let mut best = 0;
@@ -376,7 +393,11 @@ impl CapacityIndex {
 
     /// Most free GPUs in one domain of this flavor and level.
     pub fn largest_free(&self, ov: &CapacityOverlay, f: FlavorIdx, level: u8) -> Gpus {
-        let Some(set) = self.by_free.get(f as usize).and_then(|l| l.get(level as usize)) else {
+        let Some(set) = self
+            .by_free
+            .get(f as usize)
+            .and_then(|l| l.get(level as usize))
+        else {
             return 0;
         };
         let untouched = set
@@ -460,7 +481,10 @@ impl CapacityIndex {
         let mut take = |n: NodeId, free: Gpus, left: &mut u32| {
             let w = (free / g).min(*left);
             if w > 0 {
-                out.push(Assignment { node: n, gpus: w * g });
+                out.push(Assignment {
+                    node: n,
+                    gpus: w * g,
+                });
                 *left -= w;
             }
         };
@@ -517,7 +541,10 @@ impl CapacityIndex {
             for &d in &e.domains {
                 let dom = &self.domains[d as usize];
                 if !ov.domains.contains_key(&d) {
-                    ov.touched.entry((dom.flavor, dom.level)).or_default().push(d);
+                    ov.touched
+                        .entry((dom.flavor, dom.level))
+                        .or_default()
+                        .push(d);
                     ov.domains.insert(d, (dom.free, dom.hist.clone()));
                 }
                 let Some(entry) = ov.domains.get_mut(&d) else {
@@ -627,11 +654,23 @@ mod tests {
         let mut probes = 0;
         let d = ix.find_domain(&ov, 0, 2, 1, 2, &mut probes).unwrap();
         let a = ix.choose_nodes(&ov, d, 1, 2).unwrap();
-        assert_eq!(a, vec![Assignment { node: NodeId(1), gpus: 2 }]);
+        assert_eq!(
+            a,
+            vec![Assignment {
+                node: NodeId(1),
+                gpus: 2
+            }]
+        );
         let a = ix.choose_nodes(&ov, d, 3, 2).unwrap();
         // node 1 takes one worker, node 2 takes two (5 free → 2 workers of 2).
         assert_eq!(a[0].node, NodeId(1));
-        assert_eq!(a[1], Assignment { node: NodeId(2), gpus: 4 });
+        assert_eq!(
+            a[1],
+            Assignment {
+                node: NodeId(2),
+                gpus: 4
+            }
+        );
         ix.set_schedulable(NodeId(2), false);
         ix.check_consistency().unwrap();
         assert_eq!(ix.domain(d).free, 10);

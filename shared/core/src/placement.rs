@@ -37,7 +37,7 @@ pub fn decide(
     let mut ov = CapacityOverlay::default();
     let mut stats = PlacementStats::default();
     let mut events = Vec::new();
-    // (flavor, cursor, examined in this flavor)
+    // (flavor, cursor, jobs examined in this flavor that did not fit)
     let mut active: Vec<(FlavorIdx, Option<QueueKey>, usize)> = (0..state.flavors().len())
         .map(|f| f as FlavorIdx)
         .filter(|&f| state.unplaced_after(f, None).is_some())
@@ -47,13 +47,12 @@ pub fn decide(
     while !active.is_empty() && (stats.heads_examined as usize) < cfg.max_heads {
         let mut i = 0;
         while i < active.len() && (stats.heads_examined as usize) < cfg.max_heads {
-            let (f, cursor, seen) = active[i];
+            let (f, cursor, mut blocked) = active[i];
             let Some(key) = state.unplaced_after(f, cursor) else {
                 memo.flavor_blocked.insert(f, state.capacity_version(f));
                 active.swap_remove(i);
                 continue;
             };
-            active[i] = (f, Some(key), seen + 1);
             stats.heads_examined += 1;
             if let Some(job) = state.job(key.job) {
                 let (w, g) = (job.spec.workers, job.spec.gpus_per_worker);
@@ -72,6 +71,7 @@ pub fn decide(
                         });
                     }
                     None => {
+                        blocked += 1;
                         let reason = PendingReason::NoDomainFits {
                             flavor: state.flavor_name(f).to_string(),
                             level: state.level_name(job.level).to_string(),
@@ -89,7 +89,10 @@ pub fn decide(
                     }
                 }
             }
-            if seen + 1 >= cfg.max_heads_per_tenant {
+            // Nothing more fits once no node of the flavor has a free GPU.
+            let exhausted = state.capacity().largest_free(&ov, f, 0) == 0;
+            active[i] = (f, Some(key), blocked);
+            if blocked >= cfg.max_heads_per_tenant || exhausted {
                 memo.flavor_blocked.insert(f, state.capacity_version(f));
                 active.swap_remove(i);
                 continue;

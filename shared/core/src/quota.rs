@@ -63,6 +63,84 @@ pub struct Fit {
     pub borrowed: Gpus,
 }
 
+/// Why a tenant cannot take more GPUs of a flavor: numbers only, cheap to
+/// make; `reason` renders the `PendingReason` when one is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// Usage plus the job would pass nominal + borrowing limit.
+    Quota {
+        /// Flavor.
+        flavor: FlavorIdx,
+        /// Tenant usage.
+        used: Gpus,
+        /// Tenant nominal quota.
+        nominal: Gpus,
+        /// GPUs it may still borrow.
+        borrowable: Gpus,
+        /// GPUs the job needs.
+        need: Gpus,
+    },
+    /// The cohort has too little left to lend.
+    Cohort {
+        /// Flavor.
+        flavor: FlavorIdx,
+        /// Cohort.
+        cohort: CohortIdx,
+        /// Tenant usage.
+        used: Gpus,
+        /// Tenant nominal quota.
+        nominal: Gpus,
+        /// GPUs the cohort can still lend.
+        lendable_left: Gpus,
+        /// GPUs the job needs.
+        need: Gpus,
+    },
+}
+
+impl Blocked {
+    /// The reason as recorded in `JobPending`.
+    pub fn reason(&self, state: &State) -> PendingReason {
+        match *self {
+            Blocked::Quota {
+                flavor,
+                used,
+                nominal,
+                borrowable,
+                need,
+            } => PendingReason::QuotaExceeded {
+                flavor: state.flavor_name(flavor).to_string(),
+                used,
+                nominal,
+                borrowable,
+                need,
+            },
+            Blocked::Cohort {
+                flavor,
+                cohort,
+                used,
+                nominal,
+                lendable_left,
+                need,
+            } => PendingReason::CohortExhausted {
+                flavor: state.flavor_name(flavor).to_string(),
+                cohort: state.cohort(cohort).name.clone(),
+                used,
+                nominal,
+                lendable_left,
+                need,
+            },
+        }
+    }
+
+    /// The kind of the reason it renders to.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Blocked::Quota { .. } => "quota_exceeded",
+            Blocked::Cohort { .. } => "cohort_exhausted",
+        }
+    }
+}
+
 /// Whether tenant `t` may take `need` more GPUs of flavor `f`.
 pub fn check(
     state: &State,
@@ -70,13 +148,12 @@ pub fn check(
     t: TenantIdx,
     f: FlavorIdx,
     need: Gpus,
-) -> Result<Fit, PendingReason> {
+) -> Result<Fit, Blocked> {
     let tenant = state.tenant(t);
-    let flavor = state.flavor_name(f).to_string();
     let used = ov.used(state, t, f);
     let Some(q) = tenant.quota(f) else {
-        return Err(PendingReason::QuotaExceeded {
-            flavor,
+        return Err(Blocked::Quota {
+            flavor: f,
             used,
             nominal: 0,
             borrowable: 0,
@@ -92,11 +169,11 @@ pub fn check(
     let new_used = used.saturating_add(need);
     if new_used > limit {
         let borrowable = limit.saturating_sub(used.max(q.nominal));
-        return Err(PendingReason::QuotaExceeded {
-            flavor,
+        return Err(Blocked::Quota {
+            flavor: f,
             used,
             nominal: q.nominal,
-            borrowable: borrowable.min(1 << 30),
+            borrowable,
             need,
         });
     }
@@ -105,9 +182,9 @@ pub fn check(
         let pool_used = ov.pool_used(state, c, f);
         let cap = state.cohort(c).capacity(f);
         if pool_used + delta > cap {
-            return Err(PendingReason::CohortExhausted {
-                flavor,
-                cohort: state.cohort(c).name.clone(),
+            return Err(Blocked::Cohort {
+                flavor: f,
+                cohort: c,
                 used,
                 nominal: q.nominal,
                 lendable_left: cap.saturating_sub(pool_used),
@@ -123,23 +200,25 @@ pub fn check(
 
 /// Chooses a flavor for a queued job: the first in its preference order that
 /// fits within nominal quota, else the first that fits by borrowing; among
-/// equals, one where the gang fits in free capacity now is preferred.
-pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit, PendingReason> {
-    let Some(t) = job.tenant else {
-        return Err(PendingReason::QuotaExceeded {
-            flavor: String::new(),
-            used: 0,
-            nominal: 0,
-            borrowable: 0,
-            need: job.spec.total_gpus(),
-        });
-    };
+/// equals, one where the gang fits in free capacity now is preferred. When
+/// none fits, the reason is the most preferred flavor's.
+pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit, Blocked> {
     let need = job.spec.total_gpus();
+    let none = Blocked::Quota {
+        flavor: job.flavors.first().copied().unwrap_or(0),
+        used: 0,
+        nominal: 0,
+        borrowable: 0,
+        need,
+    };
+    let Some(t) = job.tenant else {
+        return Err(none);
+    };
     let mut first_err = None;
     let mut fits = Vec::new();
     for (pos, &f) in job.flavors.iter().enumerate() {
         match check(state, ov, t, f, need) {
-            Ok(fit) if pos == 0 && fit.borrowed == 0 && job.flavors.len() == 1 => return Ok(fit),
+            Ok(fit) if job.flavors.len() == 1 => return Ok(fit),
             Ok(fit) => fits.push((pos, fit)),
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -147,35 +226,30 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
         }
     }
     if fits.len() <= 1 {
-        return match fits.pop() {
-            Some((_, fit)) => Ok(fit),
-            None => Err(first_err.unwrap_or(PendingReason::QuotaExceeded {
-                flavor: String::new(),
-                used: 0,
-                nominal: 0,
-                borrowable: 0,
-                need,
-            })),
-        };
+        return fits
+            .pop()
+            .map(|(_, fit)| fit)
+            .ok_or(first_err.unwrap_or(none));
     }
-    let none = CapacityOverlay::default();
+    let empty = CapacityOverlay::default();
     let mut probes = 0;
     fits.iter()
         .min_by_key(|(pos, fit)| {
             let fits_now = state
                 .capacity()
-                .find_domain(&none, fit.flavor, job.level, job.spec.workers, job.spec.gpus_per_worker, &mut probes)
+                .find_domain(
+                    &empty,
+                    fit.flavor,
+                    job.level,
+                    job.spec.workers,
+                    job.spec.gpus_per_worker,
+                    &mut probes,
+                )
                 .is_some();
             (fit.borrowed > 0, !fits_now, *pos)
         })
         .map(|(_, fit)| *fit)
-        .ok_or_else(|| first_err.unwrap_or(PendingReason::QuotaExceeded {
-            flavor: String::new(),
-            used: 0,
-            nominal: 0,
-            borrowable: 0,
-            need,
-        }))
+        .ok_or(first_err.unwrap_or(none))
 }
 
 /// Weighted dominant share: the largest fraction, over flavors, of the
@@ -237,7 +311,11 @@ fn head_key(state: &State, ov: &QuotaOverlay, t: TenantIdx, head: QueueKey) -> H
     };
     HeadKey {
         borrows,
-        share: weighted_share(state, ov, t),
+        share: if borrows {
+            weighted_share(state, ov, t)
+        } else {
+            0.0
+        },
         tenant: t,
         head,
     }
@@ -286,16 +364,21 @@ pub fn decide(
     }
     let mut depth: FxHashMap<TenantIdx, usize> = FxHashMap::default();
     while (stats.heads_examined as usize) < cfg.max_heads {
-        let Some(Reverse(key)) = heap.pop() else { break };
+        let Some(Reverse(key)) = heap.pop() else {
+            break;
+        };
         let t = key.tenant;
         let tenant = state.tenant(t);
-        let Some(job) = state.job(key.head.job) else { continue };
+        let Some(job) = state.job(key.head.job) else {
+            continue;
+        };
         stats.heads_examined += 1;
-        let d = depth.entry(t).or_default();
-        *d += 1;
         let next = tenant
             .pending
-            .range((std::ops::Bound::Excluded(key.head), std::ops::Bound::Unbounded))
+            .range((
+                std::ops::Bound::Excluded(key.head),
+                std::ops::Bound::Unbounded,
+            ))
             .next()
             .copied();
         match choose_flavor(state, &ov, job) {
@@ -312,16 +395,25 @@ pub fn decide(
                     heap.push(Reverse(head_key(state, &ov, t, n)));
                 }
             }
-            Err(reason) => {
-                if job.last_reason.as_ref().map(|r| r.kind()) != Some(reason.kind()) {
+            Err(blocked) => {
+                // Depth counts blocked heads only: admissions never end a pass.
+                let d = depth.entry(t).or_default();
+                *d += 1;
+                if job.last_reason.as_ref().map(|r| r.kind()) != Some(blocked.kind()) {
                     events.push(Event::JobPending {
                         job: job.id,
-                        reason,
+                        reason: blocked.reason(state),
                         at: now,
                     });
                 }
+                // Best-effort passes a blocked head, unless no job could fit:
+                // no flavor of the tenant has room for even one more GPU.
                 let go_on = tenant.spec.queueing == QueueingMode::BestEffortFifo
-                    && *d < cfg.max_heads_per_tenant;
+                    && *d < cfg.max_heads_per_tenant
+                    && tenant
+                        .flavor_order
+                        .iter()
+                        .any(|&f| check(state, &ov, t, f, 1).is_ok());
                 match next {
                     Some(n) if go_on => heap.push(Reverse(head_key(state, &ov, t, n))),
                     _ => {

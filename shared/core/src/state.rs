@@ -476,11 +476,7 @@ impl State {
         self.unplaced.get(f as usize).into_iter().flatten()
     }
     /// Admitted jobs waiting for GPUs in a flavor, after `after`.
-    pub fn unplaced_after(
-        &self,
-        f: FlavorIdx,
-        after: Option<QueueKey>,
-    ) -> Option<QueueKey> {
+    pub fn unplaced_after(&self, f: FlavorIdx, after: Option<QueueKey>) -> Option<QueueKey> {
         let set = self.unplaced.get(f as usize)?;
         match after {
             None => set.first().copied(),
@@ -521,7 +517,12 @@ impl State {
         self.jobs.get_mut(&id).ok_or(ApplyError::UnknownJob(id))
     }
 
-    fn expect_phase(&self, id: JobId, ok: &[Phase], event: &'static str) -> Result<&Job, ApplyError> {
+    fn expect_phase(
+        &self,
+        id: JobId,
+        ok: &[Phase],
+        event: &'static str,
+    ) -> Result<&Job, ApplyError> {
         let job = self.jobs.get(&id).ok_or(ApplyError::UnknownJob(id))?;
         if ok.contains(&job.phase) {
             Ok(job)
@@ -571,7 +572,8 @@ impl State {
             return;
         };
         let assignments = std::mem::take(&mut job.assignments);
-        let (tenant, flavor, phase, total) = (job.tenant, job.flavor, job.phase, job.spec.total_gpus());
+        let (tenant, flavor, phase, total) =
+            (job.tenant, job.flavor, job.phase, job.spec.total_gpus());
         job.flavor = None;
         job.borrowed = 0;
         for a in &assignments {
@@ -686,7 +688,11 @@ impl State {
                 let mut seen = BTreeSet::new();
                 for l in levels {
                     if l.trim().is_empty() || l == LEVEL_ANY || l == LEVEL_NODE || !seen.insert(l) {
-                        return Err(FieldError::new("levels", "names must be unique, non-empty, and not 'any' or 'node'").into());
+                        return Err(FieldError::new(
+                            "levels",
+                            "names must be unique, non-empty, and not 'any' or 'node'",
+                        )
+                        .into());
                     }
                 }
                 self.levels = levels.clone();
@@ -763,7 +769,11 @@ impl State {
                     _ => matches!(n.status, NodeStatus::Ready | NodeStatus::Cordoned),
                 };
                 if !legal {
-                    return Err(ApplyError::IllegalNodeTransition { node: *node, from: n.status, event: ev.kind() });
+                    return Err(ApplyError::IllegalNodeTransition {
+                        node: *node,
+                        from: n.status,
+                        event: ev.kind(),
+                    });
                 }
                 self.capacity.set_schedulable(*node, false);
                 self.nodes[node.index()].status = to;
@@ -771,7 +781,11 @@ impl State {
             Event::NodeUncordoned { node } => {
                 let n = self.node_checked(*node)?;
                 if !matches!(n.status, NodeStatus::Cordoned | NodeStatus::Drained) {
-                    return Err(ApplyError::IllegalNodeTransition { node: *node, from: n.status, event: ev.kind() });
+                    return Err(ApplyError::IllegalNodeTransition {
+                        node: *node,
+                        from: n.status,
+                        event: ev.kind(),
+                    });
                 }
                 let f = n.flavor;
                 self.capacity.set_schedulable(*node, true);
@@ -781,7 +795,11 @@ impl State {
             Event::NodeLost { node, .. } => {
                 let n = self.node_checked(*node)?;
                 if n.status == NodeStatus::Lost {
-                    return Err(ApplyError::IllegalNodeTransition { node: *node, from: n.status, event: ev.kind() });
+                    return Err(ApplyError::IllegalNodeTransition {
+                        node: *node,
+                        from: n.status,
+                        event: ev.kind(),
+                    });
                 }
                 self.capacity.remove_node(*node);
                 let n = &mut self.nodes[node.index()];
@@ -865,7 +883,12 @@ impl State {
                 self.set_phase(*job, Phase::Rejected);
                 self.job_mut(*job)?.rejection = Some(reason.clone());
             }
-            Event::JobAdmitted { job, flavor, borrowed, .. } => {
+            Event::JobAdmitted {
+                job,
+                flavor,
+                borrowed,
+                ..
+            } => {
                 let j = self.expect_phase(*job, &[Phase::Queued], ev.kind())?;
                 let f = self
                     .flavor(flavor)
@@ -874,18 +897,37 @@ impl State {
                 let t = j.tenant.ok_or(ApplyError::UnknownJob(*job))?;
                 let need = j.spec.total_gpus();
                 let tenant = &self.tenants[t as usize];
-                let q = tenant.quota(f).ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
+                let q = tenant
+                    .quota(f)
+                    .ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
                 let new_used = tenant.used(f) + need;
-                let limit = q.borrowing_limit.map_or(u64::MAX, |b| q.nominal as u64 + b as u64);
-                let limit = if tenant.cohort.is_none() { q.nominal as u64 } else { limit };
+                let limit = q
+                    .borrowing_limit
+                    .map_or(u64::MAX, |b| q.nominal as u64 + b as u64);
+                let limit = if tenant.cohort.is_none() {
+                    q.nominal as u64
+                } else {
+                    limit
+                };
                 if new_used as u64 > limit {
-                    return Err(ApplyError::QuotaExceeded { job: *job, why: format!("tenant would use {new_used} of limit {limit}") });
+                    return Err(ApplyError::QuotaExceeded {
+                        job: *job,
+                        why: format!("tenant would use {new_used} of limit {limit}"),
+                    });
                 }
                 if let Some(c) = tenant.cohort {
                     let cohort = &self.cohorts[c as usize];
                     let draw = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, tenant.used(f));
                     if cohort.used(f) + draw > cohort.capacity(f) {
-                        return Err(ApplyError::QuotaExceeded { job: *job, why: format!("cohort {} would lend {} of {}", cohort.name, cohort.used(f) + draw, cohort.capacity(f)) });
+                        return Err(ApplyError::QuotaExceeded {
+                            job: *job,
+                            why: format!(
+                                "cohort {} would lend {} of {}",
+                                cohort.name,
+                                cohort.used(f) + draw,
+                                cohort.capacity(f)
+                            ),
+                        });
                     }
                 }
                 let key = j.queue_key();
@@ -907,7 +949,9 @@ impl State {
                 self.expect_phase(*job, &[Phase::Queued, Phase::Admitted], ev.kind())?;
                 self.job_mut(*job)?.last_reason = Some(reason.clone());
             }
-            Event::JobBound { job, assignments, .. } => {
+            Event::JobBound {
+                job, assignments, ..
+            } => {
                 let j = self.expect_phase(*job, &[Phase::Admitted], ev.kind())?;
                 self.check_binding(j, assignments)?;
                 let f = j.flavor.ok_or(ApplyError::UnknownJob(*job))?;
@@ -944,7 +988,13 @@ impl State {
             Event::JobCancelled { job, at } => {
                 let j = self.expect_phase(
                     *job,
-                    &[Phase::Submitted, Phase::Queued, Phase::Admitted, Phase::Bound, Phase::Running],
+                    &[
+                        Phase::Submitted,
+                        Phase::Queued,
+                        Phase::Admitted,
+                        Phase::Bound,
+                        Phase::Running,
+                    ],
                     ev.kind(),
                 )?;
                 match j.phase {
@@ -965,7 +1015,9 @@ impl State {
                 self.set_phase(*job, Phase::Cancelled);
                 self.job_mut(*job)?.ended_at = Some(*at);
             }
-            Event::JobRequeued { job, lost_gpu_ms, .. } => {
+            Event::JobRequeued {
+                job, lost_gpu_ms, ..
+            } => {
                 self.expect_phase(*job, &[Phase::Bound, Phase::Running], ev.kind())?;
                 self.release(*job);
                 self.set_phase(*job, Phase::Queued);
@@ -989,7 +1041,10 @@ impl State {
         let g = j.spec.gpus_per_worker;
         let total: u64 = assignments.iter().map(|a| a.gpus as u64).sum();
         if total != j.spec.total_gpus() as u64 {
-            return Err(bad(format!("{total} GPUs bound, gang needs {}", j.spec.total_gpus())));
+            return Err(bad(format!(
+                "{total} GPUs bound, gang needs {}",
+                j.spec.total_gpus()
+            )));
         }
         let mut domain = None;
         let mut seen = BTreeSet::new();
@@ -999,20 +1054,34 @@ impl State {
                 return Err(bad(format!("node {} listed twice", a.node)));
             }
             if a.gpus == 0 || a.gpus % g != 0 {
-                return Err(bad(format!("{} GPUs on {} is not a whole number of workers", a.gpus, a.node)));
+                return Err(bad(format!(
+                    "{} GPUs on {} is not a whole number of workers",
+                    a.gpus, a.node
+                )));
             }
             if Some(n.flavor) != j.flavor {
-                return Err(bad(format!("node {} is not of the admitted flavor", a.node)));
+                return Err(bad(format!(
+                    "node {} is not of the admitted flavor",
+                    a.node
+                )));
             }
             if !self.capacity.is_schedulable(a.node) {
                 return Err(bad(format!("node {} is not schedulable", a.node)));
             }
             if self.capacity.node_free(a.node) < a.gpus {
-                return Err(bad(format!("node {} has {} GPUs free, {} asked", a.node, self.capacity.node_free(a.node), a.gpus)));
+                return Err(bad(format!(
+                    "node {} has {} GPUs free, {} asked",
+                    a.node,
+                    self.capacity.node_free(a.node),
+                    a.gpus
+                )));
             }
             let d = self.capacity.node_domain(a.node, j.level);
             if domain.is_some() && domain != d {
-                return Err(bad(format!("gang spans more than one {}", self.level_name(j.level))));
+                return Err(bad(format!(
+                    "gang spans more than one {}",
+                    self.level_name(j.level)
+                )));
             }
             domain = d;
         }
@@ -1060,6 +1129,10 @@ impl State {
             put(&j.starts.to_le_bytes());
             put(&j.requeues.to_le_bytes());
             put(&j.lost_gpu_ms.to_le_bytes());
+            put(&j.submitted_at.0.to_le_bytes());
+            for t in [j.first_started_at, j.started_at, j.ended_at] {
+                put(&t.map_or(u64::MAX, |t| t.0).to_le_bytes());
+            }
             if let Some(f) = j.flavor {
                 put(self.flavor_name(f).as_bytes());
             }
@@ -1109,7 +1182,10 @@ impl State {
         for (i, used) in node_used.iter().enumerate() {
             let n = NodeId(i as u32);
             if *used != self.capacity.node_used(n) as u64 {
-                return Err(format!("node {n}: jobs hold {used}, index says {}", self.capacity.node_used(n)));
+                return Err(format!(
+                    "node {n}: jobs hold {used}, index says {}",
+                    self.capacity.node_used(n)
+                ));
             }
             if *used > self.capacity.node_gpus(n) as u64 {
                 return Err(format!("node {n} is double-booked"));
@@ -1120,16 +1196,24 @@ impl State {
                 let f = f as FlavorIdx;
                 let used = usage.get(&(ti as TenantIdx, f)).copied().unwrap_or(0);
                 if used != t.used(f) as u64 {
-                    return Err(format!("tenant {} usage drifted in {}", t.spec.name, self.flavor_name(f)));
+                    return Err(format!(
+                        "tenant {} usage drifted in {}",
+                        t.spec.name,
+                        self.flavor_name(f)
+                    ));
                 }
                 if let Some(q) = t.quota(f) {
                     let limit = if t.cohort.is_none() {
                         q.nominal as u64
                     } else {
-                        q.borrowing_limit.map_or(u64::MAX, |b| (q.nominal + b) as u64)
+                        q.borrowing_limit
+                            .map_or(u64::MAX, |b| (q.nominal + b) as u64)
                     };
                     if used > limit {
-                        return Err(format!("tenant {} uses {used} > limit {limit}", t.spec.name));
+                        return Err(format!(
+                            "tenant {} uses {used} > limit {limit}",
+                            t.spec.name
+                        ));
                     }
                 } else if used > 0 {
                     return Err(format!("tenant {} uses an unlisted flavor", t.spec.name));
@@ -1151,7 +1235,11 @@ impl State {
                     return Err(format!("cohort {} pool drifted", c.name));
                 }
                 if drawn > c.capacity(f) as u64 {
-                    return Err(format!("cohort {} lends {drawn} > {}", c.name, c.capacity(f)));
+                    return Err(format!(
+                        "cohort {} lends {drawn} > {}",
+                        c.name,
+                        c.capacity(f)
+                    ));
                 }
             }
         }

@@ -424,7 +424,10 @@ mod tests {
     fn json_is_tagged_and_readable() {
         let e = Event::JobBound {
             job: JobId(7),
-            assignments: vec![Assignment { node: NodeId(3), gpus: 8 }],
+            assignments: vec![Assignment {
+                node: NodeId(3),
+                gpus: 8,
+            }],
             at: Timestamp(1000),
         };
         let s = serde_json::to_string(&e).unwrap();
@@ -448,6 +451,9 @@ mod tests {
             need: 8,
         };
         let s = r.to_string();
-        assert!(s.contains("16 of nominal 16") && s.contains("needs 8"), "{s}");
+        assert!(
+            s.contains("16 of nominal 16") && s.contains("needs 8"),
+            "{s}"
+        );
     }
 }

@@ -99,6 +99,7 @@ pub enum QueueingMode {
 
 /// A tenant's quota in one GPU flavor.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FlavorQuota {
     /// GPU flavor name, e.g. `h100-80g`.
     pub flavor: String,
@@ -117,12 +118,14 @@ pub struct FlavorQuota {
 impl FlavorQuota {
     /// The part of nominal quota lendable to the cohort.
     pub fn lendable(&self) -> Gpus {
-        self.lending_limit.map_or(self.nominal, |l| l.min(self.nominal))
+        self.lending_limit
+            .map_or(self.nominal, |l| l.min(self.nominal))
     }
 }
 
 /// A tenant: one queue with quotas inside a cohort.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TenantSpec {
     /// Unique tenant name.
     pub name: String,
@@ -152,6 +155,7 @@ fn default_true() -> bool {
 
 /// A named priority value, as in Kubernetes PriorityClass or Slurm QOS.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PriorityClass {
     /// Class name, e.g. `production`.
     pub name: String,
@@ -161,6 +165,7 @@ pub struct PriorityClass {
 
 /// A node as registered by its agent.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     /// Unique node name.
     pub name: String,
@@ -175,6 +180,7 @@ pub struct NodeSpec {
 
 /// How a job checkpoints.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CheckpointPolicy {
     /// Seconds between checkpoint starts.
     pub interval_s: u64,
@@ -184,6 +190,7 @@ pub struct CheckpointPolicy {
 
 /// What a user submits.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// Tenant (queue) the job runs under.
     pub tenant: String,

@@ -1,1 +1,18 @@
-//! placeholder
+//! gpusched's simulator: the same scheduling core, in virtual time.
+//!
+//! Owns: cluster files (`cluster`), workloads from the native CSV, the ITP
+//! traces and a synthetic generator (`workload`), the discrete-event loop
+//! that plays users and node agents (`engine`), and the report (`report`).
+//!
+//! Must never: make a scheduling decision of its own; every decision comes
+//! from `gpusched-core`.
+
+pub mod cluster;
+pub mod engine;
+pub mod report;
+pub mod workload;
+
+pub use cluster::Cluster;
+pub use engine::{replay, Progress, SimOptions, Simulator};
+pub use report::Report;
+pub use workload::{Workload, WorkloadItem, WorkloadKind};

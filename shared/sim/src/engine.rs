@@ -1,0 +1,366 @@
+//! The discrete-event simulator: the scheduling core in virtual time.
+//!
+//! Owns: the virtual clock, the agenda of arrivals, completions and node
+//! losses, playing the node agents' part (starting bound jobs, reporting
+//! completions), and the measurements the report is built from.
+//!
+//! Must never: decide anything the core decides, or read the wall clock for
+//! anything but measuring how long cycles take. Same cluster, workload and
+//! seed give the same events and the same final state hash.
+
+use crate::cluster::Cluster;
+use crate::workload::{Workload, WorkloadKind};
+use gpusched_core::{run_cycle, ApplyError, CycleConfig, Phase, ScanMemo, State};
+use gpusched_events::{Event, Outcome};
+use gpusched_model::{JobId, Timestamp};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+/// How to run a simulation.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Cycle limits.
+    pub cycle: CycleConfig,
+    /// Stop once virtual time passes this.
+    pub until: Option<Timestamp>,
+    /// Keep every event, to replay it or write it out.
+    pub record_events: bool,
+}
+
+/// What happens next on the agenda.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Action {
+    /// Workload item by index.
+    Workload(usize),
+    /// A job's run ends (valid only for the given start count).
+    Finish(JobId, u32),
+}
+
+/// One cycle's measurements.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CycleSample {
+    /// Wall time of the cycle, microseconds.
+    pub elapsed_us: u32,
+    /// Heads examined (quota + placement).
+    pub heads_examined: u32,
+    /// Domains probed.
+    pub domains_probed: u32,
+    /// Decisions made.
+    pub decisions: u32,
+}
+
+/// Progress, reported now and then.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Workload items consumed.
+    pub items_done: usize,
+    /// Workload items in all.
+    pub items_total: usize,
+    /// Virtual time.
+    pub now: Timestamp,
+}
+
+/// Everything measured in a run, for the report.
+#[derive(Clone, Debug, Default)]
+pub struct Measurements {
+    /// Per cycle.
+    pub cycles: Vec<CycleSample>,
+    /// Events applied in all (configuration included).
+    pub events: u64,
+    /// Decision events made by the core.
+    pub decisions: u64,
+    /// ∫ used GPUs dt (GPU·ms).
+    pub used_gpu_ms: f64,
+    /// ∫ capacity dt (GPU·ms).
+    pub capacity_gpu_ms: f64,
+    /// ∫ used GPUs dt while some job waited (GPU·ms).
+    pub backlog_used_gpu_ms: f64,
+    /// ∫ capacity dt while some job waited (GPU·ms).
+    pub backlog_capacity_gpu_ms: f64,
+    /// Node losses named by the workload that did not match a live node.
+    pub unknown_node_losses: u64,
+    /// Wall time of the whole run, seconds.
+    pub wall_s: f64,
+    /// Virtual time at the end.
+    pub end: Timestamp,
+}
+
+/// A running simulation.
+pub struct Simulator {
+    state: State,
+    memo: ScanMemo,
+    opts: SimOptions,
+    workload: Workload,
+    agenda: BinaryHeap<Reverse<(Timestamp, u64, Action)>>,
+    tiebreak: u64,
+    durations: FxHashMap<JobId, u64>,
+    next_job: u64,
+    used_gpus: u64,
+    capacity_gpus: u64,
+    now: Timestamp,
+    items_done: usize,
+    log: Vec<Event>,
+    /// What was measured so far.
+    pub measurements: Measurements,
+}
+
+/// A simulation that could not go on: the core decided something `apply`
+/// refused (a bug), or the cluster's configuration was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("at {at} ms: {source}")]
+pub struct SimError {
+    /// Virtual time.
+    pub at: u64,
+    /// What `apply` refused.
+    pub source: ApplyError,
+}
+
+impl Simulator {
+    /// A simulator over a cluster and workload.
+    pub fn new(cluster: &Cluster, workload: Workload, opts: SimOptions) -> Result<Self, SimError> {
+        let mut sim = Simulator {
+            state: State::new(),
+            memo: ScanMemo::default(),
+            opts,
+            agenda: BinaryHeap::new(),
+            tiebreak: 0,
+            durations: FxHashMap::default(),
+            next_job: 1,
+            used_gpus: 0,
+            capacity_gpus: 0,
+            now: Timestamp(0),
+            items_done: 0,
+            log: Vec::new(),
+            measurements: Measurements::default(),
+            workload,
+        };
+        for e in &cluster.events {
+            sim.apply(e.clone())?;
+        }
+        for (i, item) in sim.workload.items.iter().enumerate() {
+            sim.agenda
+                .push(Reverse((item.at, i as u64, Action::Workload(i))));
+        }
+        sim.tiebreak = sim.workload.items.len() as u64;
+        Ok(sim)
+    }
+
+    /// The state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Every event applied, when recording.
+    pub fn log(&self) -> &[Event] {
+        &self.log
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> &Workload {
+        &self.workload
+    }
+
+    fn apply(&mut self, e: Event) -> Result<(), SimError> {
+        // GPU accounting for utilisation, from the state before the event.
+        match &e {
+            Event::JobBound { assignments, .. } => {
+                self.used_gpus += assignments.iter().map(|a| a.gpus as u64).sum::<u64>();
+            }
+            Event::JobFinished { job, .. }
+            | Event::JobCancelled { job, .. }
+            | Event::JobRequeued { job, .. } => {
+                if let Some(j) = self.state.job(*job) {
+                    if j.phase.holds_gpus() {
+                        self.used_gpus -= j.spec.total_gpus() as u64;
+                    }
+                }
+            }
+            Event::NodeAdded { spec, .. } => self.capacity_gpus += spec.gpus as u64,
+            Event::NodeLost { node, .. } => {
+                self.capacity_gpus -= self.state.capacity().node_gpus(*node) as u64;
+            }
+            _ => {}
+        }
+        self.state.apply(&e).map_err(|source| SimError {
+            at: self.now.0,
+            source,
+        })?;
+        self.measurements.events += 1;
+        if self.opts.record_events {
+            self.log.push(e);
+        }
+        Ok(())
+    }
+
+    fn advance_to(&mut self, t: Timestamp) {
+        let dt = t.millis_since(self.now) as f64;
+        if dt > 0.0 {
+            let m = &mut self.measurements;
+            let used = self.used_gpus as f64 * dt;
+            let cap = self.capacity_gpus as f64 * dt;
+            m.used_gpu_ms += used;
+            m.capacity_gpu_ms += cap;
+            let c = self.state.phase_counts();
+            if c.get(Phase::Submitted) + c.get(Phase::Queued) + c.get(Phase::Admitted) > 0 {
+                m.backlog_used_gpu_ms += used;
+                m.backlog_capacity_gpu_ms += cap;
+            }
+        }
+        self.now = t;
+    }
+
+    fn push(&mut self, at: Timestamp, a: Action) {
+        self.tiebreak += 1;
+        self.agenda.push(Reverse((at, self.tiebreak, a)));
+    }
+
+    fn handle(&mut self, a: Action) -> Result<(), SimError> {
+        match a {
+            Action::Workload(i) => {
+                self.items_done += 1;
+                let kind = self.workload.items[i].kind.clone();
+                match kind {
+                    WorkloadKind::Submit { spec, duration_s } => {
+                        let job = JobId(self.next_job);
+                        self.next_job += 1;
+                        self.durations.insert(job, duration_s.saturating_mul(1000));
+                        self.apply(Event::JobSubmitted {
+                            job,
+                            spec,
+                            at: self.now,
+                        })?;
+                    }
+                    WorkloadKind::NodeLost { node } => {
+                        let live = self.state.node_id(&node).filter(|n| {
+                            self.state.nodes()[n.index()].status != gpusched_core::NodeStatus::Lost
+                        });
+                        match live {
+                            Some(n) => self.apply(Event::NodeLost {
+                                node: n,
+                                at: self.now,
+                            })?,
+                            None => self.measurements.unknown_node_losses += 1,
+                        }
+                    }
+                }
+            }
+            Action::Finish(job, starts) => {
+                let running = self
+                    .state
+                    .job(job)
+                    .is_some_and(|j| j.phase == Phase::Running && j.starts == starts);
+                if running {
+                    self.apply(Event::JobFinished {
+                        job,
+                        outcome: Outcome::Succeeded,
+                        at: self.now,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cycle(&mut self) -> Result<(), SimError> {
+        // Cycles repeat at the same virtual instant while they decide
+        // something: a bounded cycle leaves the rest for the next one.
+        for _ in 0..100_000 {
+            let started = Instant::now();
+            let out = run_cycle(&mut self.state, &mut self.memo, &self.opts.cycle, self.now)
+                .map_err(|source| SimError {
+                    at: self.now.0,
+                    source,
+                })?;
+            let elapsed = started.elapsed();
+            let s = out.stats;
+            self.measurements.cycles.push(CycleSample {
+                elapsed_us: elapsed.as_micros().min(u32::MAX as u128) as u32,
+                heads_examined: s.heads_examined() as u32,
+                domains_probed: s.domains_probed as u32,
+                decisions: s.decisions as u32,
+            });
+            self.measurements.decisions += s.decisions;
+            self.measurements.events += out.events.len() as u64;
+            let mut starts = Vec::new();
+            for e in out.events {
+                match &e {
+                    Event::JobBound {
+                        job, assignments, ..
+                    } => {
+                        self.used_gpus += assignments.iter().map(|a| a.gpus as u64).sum::<u64>();
+                        starts.push(*job);
+                    }
+                    Event::JobRequeued { job, .. } => {
+                        let total = self.state.job(*job).map_or(0, |j| j.spec.total_gpus());
+                        self.used_gpus -= total as u64;
+                    }
+                    _ => {}
+                }
+                if self.opts.record_events {
+                    self.log.push(e);
+                }
+            }
+            // The agents start what was bound.
+            for job in starts {
+                self.apply(Event::JobStarted { job, at: self.now })?;
+                let n = self.state.job(job).map_or(0, |j| j.starts);
+                let d = self.durations.get(&job).copied().unwrap_or(0);
+                self.push(Timestamp(self.now.0 + d), Action::Finish(job, n));
+            }
+            if s.decisions == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs to the end (or `until`), calling `progress` every few thousand steps.
+    pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), SimError> {
+        let started = Instant::now();
+        let mut steps = 0u64;
+        while let Some(Reverse((t, _, _))) = self.agenda.peek().copied() {
+            if self.opts.until.is_some_and(|u| t > u) {
+                if let Some(u) = self.opts.until {
+                    self.advance_to(u);
+                }
+                break;
+            }
+            self.advance_to(t);
+            while let Some(Reverse((t2, _, a))) = self.agenda.peek().copied() {
+                if t2 != t {
+                    break;
+                }
+                self.agenda.pop();
+                self.handle(a)?;
+            }
+            self.cycle()?;
+            steps += 1;
+            if steps.is_multiple_of(4096) {
+                progress(Progress {
+                    items_done: self.items_done,
+                    items_total: self.workload.items.len(),
+                    now: self.now,
+                });
+            }
+        }
+        progress(Progress {
+            items_done: self.items_done,
+            items_total: self.workload.items.len(),
+            now: self.now,
+        });
+        self.measurements.end = self.now;
+        self.measurements.wall_s = started.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+/// Rebuilds a state from a log; the replay check of the simulator.
+pub fn replay(events: &[Event]) -> Result<State, ApplyError> {
+    let mut s = State::new();
+    for e in events {
+        s.apply(e)?;
+    }
+    Ok(s)
+}

@@ -1,0 +1,298 @@
+//! The simulation report: a readable table and JSON.
+//!
+//! Owns: turning a finished simulation's state and measurements into the
+//! figures users compare runs by — waits, completion times, utilisation,
+//! cycle cost. A wait is a measured outcome here, never a prediction.
+//!
+//! Must never: change the simulation.
+
+use crate::engine::Simulator;
+use gpusched_core::Phase;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Percentiles of a set of seconds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+    /// Samples.
+    pub count: usize,
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+impl Percentiles {
+    /// From unsorted samples.
+    pub fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(|a, b| a.total_cmp(b));
+        Percentiles {
+            p50: pct(&v, 0.50),
+            p90: pct(&v, 0.90),
+            p99: pct(&v, 0.99),
+            max: v.last().copied().unwrap_or(0.0),
+            count: v.len(),
+        }
+    }
+}
+
+/// Utilisation figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Utilization {
+    /// Used GPU time over capacity GPU time, whole run.
+    pub mean: f64,
+    /// The same, only while some job was waiting.
+    pub while_backlog: f64,
+}
+
+/// Cycle cost figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CycleReport {
+    /// Cycles run.
+    pub count: usize,
+    /// Median wall time, µs.
+    pub p50_us: f64,
+    /// 99th percentile wall time, µs.
+    pub p99_us: f64,
+    /// Slowest, µs.
+    pub max_us: f64,
+    /// Most heads one cycle examined.
+    pub max_heads_examined: u32,
+    /// Most domains one cycle probed.
+    pub max_domains_probed: u32,
+}
+
+/// Completion-time figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Jct {
+    /// Median, seconds.
+    pub p50: f64,
+    /// 99th percentile, seconds.
+    pub p99: f64,
+}
+
+/// One tenant's figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TenantReport {
+    /// Jobs submitted.
+    pub jobs_submitted: u64,
+    /// Jobs finished.
+    pub jobs_finished: u64,
+    /// Submit → first start, seconds.
+    pub wait_s: Percentiles,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// How the workload was derived.
+    pub workload: String,
+    /// Nodes and GPUs.
+    pub cluster: String,
+    /// Jobs submitted.
+    pub jobs_submitted: u64,
+    /// Jobs finished (succeeded or failed).
+    pub jobs_finished: u64,
+    /// Jobs rejected at submission.
+    pub jobs_rejected: u64,
+    /// Jobs still waiting or running at the end.
+    pub jobs_unfinished: u64,
+    /// Jobs requeued after node loss.
+    pub requeues: u64,
+    /// Final state hash.
+    pub state_hash: String,
+    /// Events applied.
+    pub events: u64,
+    /// Decisions made by the core.
+    pub decisions: u64,
+    /// Wall seconds.
+    pub wall_s: f64,
+    /// Decisions per wall second.
+    pub decisions_per_s: f64,
+    /// Virtual seconds simulated.
+    pub virtual_s: f64,
+    /// Utilisation.
+    pub utilization: Utilization,
+    /// Submit → first start, seconds.
+    pub wait_s: Percentiles,
+    /// Submit → end, seconds.
+    pub jct_s: Jct,
+    /// Cycle cost.
+    pub cycle: CycleReport,
+    /// Per tenant.
+    pub tenants: BTreeMap<String, TenantReport>,
+    /// Replay of the recorded log gave the same hash (when checked).
+    pub replay_hash_matches: Option<bool>,
+}
+
+impl Report {
+    /// Builds the report of a finished simulation.
+    pub fn build(sim: &Simulator, cluster_desc: String) -> Report {
+        let state = sim.state();
+        let m = &sim.measurements;
+        let mut waits = Vec::new();
+        let mut jcts = Vec::new();
+        let mut tenants: BTreeMap<String, (TenantReport, Vec<f64>)> = BTreeMap::new();
+        let mut requeues = 0;
+        let (mut finished, mut submitted) = (0, 0);
+        for t in state.tenants() {
+            tenants.entry(t.spec.name.clone()).or_default();
+        }
+        for id in 1..=state.job_count() as u64 {
+            let Some(j) = state.job(gpusched_model::JobId(id)) else {
+                continue;
+            };
+            submitted += 1;
+            requeues += j.requeues as u64;
+            let entry = tenants.entry(j.spec.tenant.clone()).or_default();
+            entry.0.jobs_submitted += 1;
+            if let Some(s) = j.first_started_at {
+                let w = s.millis_since(j.submitted_at) as f64 / 1000.0;
+                waits.push(w);
+                entry.1.push(w);
+            }
+            if matches!(j.phase, Phase::Succeeded | Phase::Failed) {
+                finished += 1;
+                entry.0.jobs_finished += 1;
+                if let Some(e) = j.ended_at {
+                    jcts.push(e.millis_since(j.submitted_at) as f64 / 1000.0);
+                }
+            }
+        }
+        let jct = Percentiles::of(jcts);
+        let mut us: Vec<f64> = m.cycles.iter().map(|c| c.elapsed_us as f64).collect();
+        us.sort_by(|a, b| a.total_cmp(b));
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let c = state.phase_counts();
+        Report {
+            workload: sim.workload().description.clone(),
+            cluster: cluster_desc,
+            jobs_submitted: submitted,
+            jobs_finished: finished,
+            jobs_rejected: c.get(Phase::Rejected),
+            jobs_unfinished: c.get(Phase::Submitted)
+                + c.get(Phase::Queued)
+                + c.get(Phase::Admitted)
+                + c.get(Phase::Bound)
+                + c.get(Phase::Running),
+            requeues,
+            state_hash: state.state_hash(),
+            events: m.events,
+            decisions: m.decisions,
+            wall_s: m.wall_s,
+            decisions_per_s: ratio(m.decisions as f64, m.wall_s),
+            virtual_s: m.end.as_secs_f64(),
+            utilization: Utilization {
+                mean: ratio(m.used_gpu_ms, m.capacity_gpu_ms),
+                while_backlog: ratio(m.backlog_used_gpu_ms, m.backlog_capacity_gpu_ms),
+            },
+            wait_s: Percentiles::of(waits),
+            jct_s: Jct {
+                p50: jct.p50,
+                p99: jct.p99,
+            },
+            cycle: CycleReport {
+                count: m.cycles.len(),
+                p50_us: pct(&us, 0.5),
+                p99_us: pct(&us, 0.99),
+                max_us: us.last().copied().unwrap_or(0.0),
+                max_heads_examined: m.cycles.iter().map(|c| c.heads_examined).max().unwrap_or(0),
+                max_domains_probed: m.cycles.iter().map(|c| c.domains_probed).max().unwrap_or(0),
+            },
+            tenants: tenants
+                .into_iter()
+                .map(|(name, (mut r, w))| {
+                    r.wait_s = Percentiles::of(w);
+                    (name, r)
+                })
+                .collect(),
+            replay_hash_matches: None,
+        }
+    }
+
+    /// The report as a readable table.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(s, "gpusched simulation");
+        let _ = writeln!(s, "  cluster        {}", self.cluster);
+        let _ = writeln!(s, "  workload       {}", self.workload);
+        let _ = writeln!(
+            s,
+            "  jobs           {} submitted, {} finished, {} rejected, {} unfinished, {} requeues",
+            self.jobs_submitted,
+            self.jobs_finished,
+            self.jobs_rejected,
+            self.jobs_unfinished,
+            self.requeues
+        );
+        let _ = writeln!(
+            s,
+            "  time           {:.0} virtual s in {:.2} wall s; {} events, {} decisions ({:.0}/s)",
+            self.virtual_s, self.wall_s, self.events, self.decisions, self.decisions_per_s
+        );
+        let _ = writeln!(
+            s,
+            "  utilization    {:.1}% mean, {:.1}% while jobs waited",
+            self.utilization.mean * 100.0,
+            self.utilization.while_backlog * 100.0
+        );
+        let _ = writeln!(
+            s,
+            "  cycles         {} cycles; p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs; at most {} heads and {} domains a cycle",
+            self.cycle.count, self.cycle.p50_us, self.cycle.p99_us, self.cycle.max_us, self.cycle.max_heads_examined, self.cycle.max_domains_probed
+        );
+        let _ = writeln!(
+            s,
+            "  completion     p50 {:.0} s, p99 {:.0} s",
+            self.jct_s.p50, self.jct_s.p99
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "  {:<16} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}",
+            "wait (s)", "submitted", "finished", "p50", "p90", "p99", "max"
+        );
+        let mut row = |name: &str, sub: u64, fin: u64, w: &Percentiles| {
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>9} {:>9} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
+                name, sub, fin, w.p50, w.p90, w.p99, w.max
+            );
+        };
+        for (name, t) in &self.tenants {
+            row(name, t.jobs_submitted, t.jobs_finished, &t.wait_s);
+        }
+        row("all", self.jobs_submitted, self.jobs_finished, &self.wait_s);
+        let _ = writeln!(s);
+        if let Some(ok) = self.replay_hash_matches {
+            let _ = writeln!(s, "replay_hash_matches: {ok}");
+        }
+        let _ = writeln!(s, "state_hash: {}", self.state_hash);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let p = Percentiles::of((1..=100).map(|i| i as f64).collect());
+        assert_eq!((p.p50, p.p90, p.p99, p.max), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(Percentiles::of(vec![]).max, 0.0);
+    }
+}
