@@ -14,6 +14,7 @@
 pub mod admission;
 pub mod capacity;
 pub mod cycle;
+pub mod explain;
 pub mod placement;
 pub mod quota;
 pub mod recovery;

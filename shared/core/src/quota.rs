@@ -200,8 +200,9 @@ pub fn check(
 
 /// Chooses a flavor for a queued job: the first in its preference order that
 /// fits within nominal quota, else the first that fits by borrowing; among
-/// equals, one where the gang fits in free capacity now is preferred. When
-/// none fits, the reason is the most preferred flavor's.
+/// equals, one where the gang fits in free capacity now is preferred, and one
+/// whose nodes could never hold the gang is taken only if nothing else fits.
+/// When none fits, the reason is the most preferred flavor's.
 pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit, Blocked> {
     let need = job.spec.total_gpus();
     let none = Blocked::Quota {
@@ -246,7 +247,17 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
                     &mut probes,
                 )
                 .is_some();
-            (fit.borrowed > 0, !fits_now, *pos)
+            // A flavor whose nodes could never hold the gang, even idle, goes
+            // last: charged there, the job would wait forever.
+            let never = !fits_now
+                && state.capacity().has_nodes(fit.flavor)
+                && state.capacity().max_domain_slots(
+                    fit.flavor,
+                    job.level,
+                    job.spec.workers,
+                    job.spec.gpus_per_worker,
+                ) < job.spec.workers as u64;
+            (never, fit.borrowed > 0, !fits_now, *pos)
         })
         .map(|(_, fit)| *fit)
         .ok_or(first_err.unwrap_or(none))

@@ -490,7 +490,8 @@ impl State {
     pub fn orphaned(&self) -> impl Iterator<Item = JobId> + '_ {
         self.orphaned.iter().copied()
     }
-    /// Bumped whenever GPUs of a flavor are freed or new work needs them.
+    /// Bumped whenever GPUs of a flavor are freed, new work needs them, or
+    /// an admitted job leaves its placement queue.
     pub fn capacity_version(&self, f: FlavorIdx) -> u64 {
         self.capacity_version.get(f as usize).copied().unwrap_or(0)
     }
@@ -587,9 +588,10 @@ impl State {
             if phase == Phase::Admitted {
                 let key = self.jobs[&id].placement_key();
                 self.unplaced[f as usize].remove(&key);
-            } else {
-                *at_mut(&mut self.capacity_version, f as usize) += 1;
             }
+            // Freed GPUs, or a job ahead left the placement queue: either
+            // may let a parked job behind it be placed.
+            *at_mut(&mut self.capacity_version, f as usize) += 1;
             if let Some(t) = tenant {
                 let used = self.tenants[t as usize].used(f);
                 self.charge(t, f, used - total);

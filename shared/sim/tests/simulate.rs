@@ -1,4 +1,5 @@
 //! End-to-end simulator runs: determinism, replay, real traces.
+#![allow(clippy::unwrap_used)]
 
 use gpusched_core::Phase;
 use gpusched_sim::workload::{self, ItpOptions, SyntheticOptions};
@@ -31,7 +32,11 @@ fn same_inputs_same_events_and_hash() {
     let c = Cluster::demo();
     let a = run(&c, synthetic(&c, 300, 42));
     let b = run(&c, synthetic(&c, 300, 42));
-    assert_eq!(a.log(), b.log(), "same seed must give the same event sequence");
+    assert_eq!(
+        a.log(),
+        b.log(),
+        "same seed must give the same event sequence"
+    );
     assert_eq!(a.state().state_hash(), b.state().state_hash());
     let d = run(&c, synthetic(&c, 300, 43));
     assert_ne!(a.state().state_hash(), d.state().state_hash());
@@ -51,7 +56,14 @@ fn demo_runs_to_completion_and_replays() {
     assert!(r.utilization.mean > 0.0 && r.utilization.mean <= 1.0);
     assert!(r.cycle.max_heads_examined as usize <= 2 * c.cycle.max_heads);
     let json = serde_json::to_value(&r).unwrap();
-    for key in ["jobs_submitted", "jobs_finished", "state_hash", "events", "wall_s", "decisions_per_s"] {
+    for key in [
+        "jobs_submitted",
+        "jobs_finished",
+        "state_hash",
+        "events",
+        "wall_s",
+        "decisions_per_s",
+    ] {
         assert!(json.get(key).is_some(), "report lacks {key}");
     }
     assert!(json["utilization"]["while_backlog"].is_number());
@@ -71,16 +83,23 @@ fn node_loss_requeues_and_the_job_finishes_later() {
     let sim = run(&c, w);
     let job = sim.state().job(gpusched_model::JobId(1)).unwrap();
     assert_eq!(job.phase, Phase::Succeeded);
-    assert_eq!(job.requeues, 1, "the job ran on the first node of block 0 and was requeued");
+    assert_eq!(
+        job.requeues, 1,
+        "the job ran on the first node of block 0 and was requeued"
+    );
     assert_eq!(job.lost_gpu_ms, 8 * 10_000);
     assert_eq!(job.ended_at.unwrap().as_secs(), 1010);
 }
 
 #[test]
 fn itp_trace_runs_end_to_end() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/itp/cluster10.csv");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/itp/cluster10.csv");
     assert!(path.exists(), "ITP trace missing at {}", path.display());
-    let c = Cluster::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/clusters/1250x8.toml")).unwrap();
+    let c = Cluster::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/clusters/1250x8.toml"),
+    )
+    .unwrap();
     let w = workload::load_itp(
         &path,
         &ItpOptions {
