@@ -78,10 +78,19 @@ struct SimulateArgs {
     events_out: Option<PathBuf>,
 }
 
-fn main() -> Result<()> {
+/// Exit codes: 0 success, 1 an error (the message names the flag or field),
+/// 2 a usage error (from the argument parser).
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 
@@ -91,12 +100,12 @@ const SYNTHETIC_GPU_S_PER_JOB: f64 = 10_100.0;
 
 fn simulate(args: SimulateArgs) -> Result<()> {
     let cluster = match &args.cluster {
-        Some(p) => Cluster::load(p)?,
+        Some(p) => Cluster::load(p).context("--cluster")?,
         None => Cluster::demo(),
     };
     let workload: Workload = match (&args.workload, args.synthetic) {
         (Some(path), _) => match args.workload_format {
-            WorkloadFormat::Native => workload::load_native(path)?,
+            WorkloadFormat::Native => workload::load_native(path).context("--workload")?,
             WorkloadFormat::Itp => workload::load_itp(
                 path,
                 &ItpOptions {
@@ -104,7 +113,8 @@ fn simulate(args: SimulateArgs) -> Result<()> {
                     gpus_per_node: cluster.gpus_per_node,
                     max_jobs: args.max_jobs,
                 },
-            )?,
+            )
+            .context("--workload")?,
         },
         (None, Some(n)) => workload::synthetic(&SyntheticOptions {
             jobs: n,
