@@ -38,8 +38,34 @@ enum WorkloadFormat {
     Itp,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum VictimOrderArg {
+    /// Least work lost since the last complete checkpoint (gpusched).
+    Checkpoint,
+    /// Kueue's documented order, as a baseline.
+    Kueue,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ScenarioArg {
+    /// A borrower fills an idle cluster; the quota owner returns (docs/simulator.md).
+    Reclaim,
+}
+
 #[derive(clap::Args)]
 struct SimulateArgs {
+    /// Run a built-in scenario (its own cluster and workload).
+    #[arg(long, value_enum, conflicts_with_all = ["cluster", "workload", "synthetic"])]
+    scenario: Option<ScenarioArg>,
+    /// How victims are chosen.
+    #[arg(long, value_enum, default_value = "checkpoint")]
+    victim_order: VictimOrderArg,
+    /// No reservations and no backfill (for comparison).
+    #[arg(long)]
+    no_reservations: bool,
+    /// Print this job's history with the reason at each step.
+    #[arg(long, value_name = "JOB_ID")]
+    explain: Option<u64>,
     /// Cluster file (TOML); default: the built-in demo cluster (docs/clusters/demo.toml).
     #[arg(long)]
     cluster: Option<PathBuf>,
@@ -99,11 +125,16 @@ fn main() -> std::process::ExitCode {
 const SYNTHETIC_GPU_S_PER_JOB: f64 = 10_100.0;
 
 fn simulate(args: SimulateArgs) -> Result<()> {
-    let cluster = match &args.cluster {
-        Some(p) => Cluster::load(p).context("--cluster")?,
-        None => Cluster::demo(),
+    let scenario = args
+        .scenario
+        .map(|ScenarioArg::Reclaim| gpusched_sim::scenario::reclaim(args.seed));
+    let cluster = match (&scenario, &args.cluster) {
+        (Some((c, _)), _) => c.clone(),
+        (None, Some(p)) => Cluster::load(p).context("--cluster")?,
+        (None, None) => Cluster::demo(),
     };
     let workload: Workload = match (&args.workload, args.synthetic) {
+        _ if scenario.is_some() => scenario.map(|(_, w)| w).unwrap_or_default(),
         (Some(path), _) => match args.workload_format {
             WorkloadFormat::Native => workload::load_native(path).context("--workload")?,
             WorkloadFormat::Itp => workload::load_itp(
@@ -139,18 +170,27 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         }
         cycle.max_heads = k;
     }
-    let record = args.verify_replay || args.events_out.is_some();
+    cycle.preemption.order = match args.victim_order {
+        VictimOrderArg::Checkpoint => gpusched_core::VictimOrder::Checkpoint,
+        VictimOrderArg::Kueue => gpusched_core::VictimOrder::Kueue,
+    };
+    if args.no_reservations {
+        cycle.reservations = 0;
+    }
+    let record = args.verify_replay || args.events_out.is_some() || args.explain.is_some();
     let opts = SimOptions {
         cycle,
         until: args.until.map(gpusched_model::Timestamp::from_secs),
         record_events: record,
     };
     let cluster_desc = format!(
-        "{} nodes, {} GPUs, {} tenants, K = {}",
+        "{} nodes, {} GPUs, {} tenants, K = {}, R = {}, victim order {:?}",
         cluster.nodes,
         cluster.gpus,
         cluster.tenants.len(),
-        cycle.max_heads
+        cycle.max_heads,
+        cycle.reservations,
+        cycle.preemption.order
     );
     let mut sim =
         Simulator::new(&cluster, workload, opts).context("cluster configuration refused")?;
@@ -195,6 +235,17 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         w.flush()?;
     }
     print!("{}", report.to_table());
+    if let Some(id) = args.explain {
+        let id = gpusched_model::JobId(id);
+        if sim.state().job(id).is_none() {
+            bail!("--explain: no job {id} in this run (jobs are numbered from 1 in submit order)");
+        }
+        println!();
+        println!("job {id}:");
+        for line in gpusched_core::explain::history(sim.log(), sim.state(), id) {
+            println!("  {line}");
+        }
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json).with_context(|| format!("--report {}", path.display()))?;

@@ -40,6 +40,8 @@ pub struct Domain {
     cap_hist: Vec<u32>,
     /// `buckets[k]`: the schedulable nodes with k free GPUs (empty for node domains).
     buckets: Vec<Vec<NodeId>>,
+    /// Every node ever added to it, in order.
+    pub nodes: Vec<NodeId>,
 }
 
 /// Worker slots of `g` GPUs in a histogram of nodes by GPUs.
@@ -128,6 +130,11 @@ impl CapacityIndex {
             .map_or(0, |e| if e.schedulable { e.free } else { 0 })
     }
 
+    /// Free GPUs on a node whether or not it is schedulable.
+    pub fn node_raw_free(&self, n: NodeId) -> Gpus {
+        self.nodes.get(n.index()).map_or(0, |e| e.free)
+    }
+
     /// GPUs allocated on a node (whether or not it is schedulable).
     pub fn node_used(&self, n: NodeId) -> Gpus {
         self.nodes.get(n.index()).map_or(0, |e| e.gpus - e.free)
@@ -178,6 +185,7 @@ impl CapacityIndex {
             hist: Vec::new(),
             cap_hist: Vec::new(),
             buckets: Vec::new(),
+            nodes: Vec::new(),
         });
         self.domain_by_key.insert(key, d);
         let levels = self.level_count();
@@ -206,6 +214,9 @@ impl CapacityIndex {
         }
         let node_level = self.node_level();
         domains.push(self.domain_for(flavor, node_level, format!("#{}", id.0)));
+        for &d in &domains {
+            self.domains[d as usize].nodes.push(id);
+        }
         self.nodes.push(NodeEntry {
             flavor,
             gpus,
@@ -455,6 +466,37 @@ impl CapacityIndex {
             }
         }
         best.map(|(_, d)| d)
+    }
+
+    /// Worker slots of `g` GPUs in a domain's schedulable nodes, with some
+    /// nodes' free GPUs replaced by `overrides` (node, free now, free after).
+    pub fn domain_slots_with(
+        &self,
+        d: DomainIdx,
+        g: Gpus,
+        overrides: &[(NodeId, Gpus, Gpus)],
+    ) -> u64 {
+        let base = slots(&self.domains[d as usize].hist, g);
+        let g = g.max(1) as u64;
+        let minus: u64 = overrides.iter().map(|&(_, now, _)| now as u64 / g).sum();
+        let plus: u64 = overrides
+            .iter()
+            .map(|&(_, _, after)| after as u64 / g)
+            .sum();
+        (base + plus).saturating_sub(minus)
+    }
+
+    /// Domains of a flavor and level, most free GPUs first.
+    pub fn domains_by_free_desc(
+        &self,
+        f: FlavorIdx,
+        level: u8,
+    ) -> impl Iterator<Item = DomainIdx> + '_ {
+        self.by_free
+            .get(f as usize)
+            .and_then(|l| l.get(level as usize))
+            .into_iter()
+            .flat_map(|s| s.iter().rev().map(|&(_, d)| d))
     }
 
     /// Free GPUs of a node counting tentative allocations.

@@ -1,7 +1,8 @@
 //! Explain: why a job waits, computed from the state on demand.
 //!
-//! Owns: the current pending reason of any waiting job and its position in
-//! its queue. Stages record a `JobPending` event only for the heads they
+//! Owns: the current pending reason of any waiting job, its position in
+//! its queue, and a job's history read from the log with the reason at each
+//! step. Stages record a `JobPending` event only for the heads they
 //! examine and only when the reason changes; this answers for every job.
 //!
 //! Must never: estimate a wait time (BRIEF §6), or change anything.
@@ -9,8 +10,8 @@
 use crate::capacity::CapacityOverlay;
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
-use gpusched_events::PendingReason;
-use gpusched_model::{JobId, QueueingMode};
+use gpusched_events::{Assignment, Event, PendingReason, PreemptionCause, RequeueReason};
+use gpusched_model::{JobId, QueueingMode, Timestamp};
 
 /// Why a waiting job is not running now, if anything stops it; `None` for a
 /// job that is not waiting, or that the next cycle would move on.
@@ -69,4 +70,249 @@ pub fn queue_position(state: &State, id: JobId) -> Option<(usize, usize)> {
     let tenant = state.tenant(job.tenant?);
     let pos = tenant.pending.iter().position(|k| k.job == id)? + 1;
     Some((pos, tenant.pending.len()))
+}
+
+fn secs(t: Timestamp) -> String {
+    format!("{:>10.1} s", t.as_secs_f64())
+}
+
+fn gpu_hours(gpu_ms: u64) -> String {
+    format!("{:.2} GPU-hours", gpu_ms as f64 / 3_600_000.0)
+}
+
+fn node_list(state: &State, a: &[Assignment]) -> String {
+    a.iter()
+        .map(|x| {
+            let name = state
+                .nodes()
+                .get(x.node.index())
+                .map_or_else(|| x.node.to_string(), |n| n.spec.name.clone());
+            format!("{name}:{}", x.gpus)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn cause_text(c: &PreemptionCause) -> String {
+    match c {
+        PreemptionCause::Reclaim {
+            tenant,
+            flavor,
+            quota_deficit,
+        } => format!("tenant {tenant} reclaims {quota_deficit} GPUs of its lent {flavor} quota"),
+        PreemptionCause::Priority { tenant, flavor } => {
+            format!("a higher-priority job of {tenant} needs {flavor} GPUs")
+        }
+        PreemptionCause::Reservation => "the reservation it backfilled is due".to_string(),
+    }
+}
+
+/// A job's history from the log, one line per step, each with the reason
+/// the scheduler had; then where it stands now. Reads `events` in order
+/// and the state for names and the current reason.
+pub fn history<'a>(
+    events: impl IntoIterator<Item = &'a Event>,
+    state: &State,
+    id: JobId,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut level = String::new();
+    for e in events {
+        let line = match e {
+            Event::JobSubmitted { job, spec, at } if *job == id => {
+                level = spec.topology.clone();
+                let ckpt = spec.checkpoint.map_or(String::new(), |c| {
+                    format!(
+                        ", checkpoints every {} s ({} s each)",
+                        c.interval_s, c.duration_s
+                    )
+                });
+                let max = spec
+                    .max_runtime_s
+                    .map_or(String::new(), |m| format!(", max runtime {m} s"));
+                format!(
+                    "{} submitted to {}: {}×{} GPUs in one {}, priority {}{}{}{}",
+                    secs(*at),
+                    spec.tenant,
+                    spec.workers,
+                    spec.gpus_per_worker,
+                    spec.topology,
+                    spec.priority,
+                    if spec.preemptible {
+                        ", preemptible"
+                    } else {
+                        ", not preemptible"
+                    },
+                    ckpt,
+                    max
+                )
+            }
+            Event::JobAccepted { job } if *job == id => {
+                "             accepted into its tenant's queue".to_string()
+            }
+            Event::JobRejected { job, reason } if *job == id => {
+                format!("             rejected: {reason}")
+            }
+            Event::JobPending { job, reason, at } if *job == id => {
+                format!("{} waiting: {reason}", secs(*at))
+            }
+            Event::JobAdmitted {
+                job,
+                flavor,
+                borrowed,
+                at,
+            } if *job == id => format!(
+                "{} admitted: quota charged in {flavor}{}",
+                secs(*at),
+                if *borrowed > 0 {
+                    format!(", {borrowed} GPUs borrowed from the cohort")
+                } else {
+                    ", within nominal quota".to_string()
+                }
+            ),
+            Event::ReservationMade {
+                job,
+                assignments,
+                start,
+                at,
+            } if *job == id => format!(
+                "{} reserved {} for it, {}",
+                secs(*at),
+                node_list(state, assignments),
+                match start {
+                    Some(t) => format!(
+                        "guaranteed free by {} s (running jobs' max runtimes)",
+                        t.as_secs()
+                    ),
+                    None => "start unknown: a job in the way declares no max runtime".to_string(),
+                }
+            ),
+            Event::JobBound {
+                job,
+                assignments,
+                backfill_for,
+                at,
+            } if *job == id => {
+                let domain = assignments
+                    .first()
+                    .and_then(|a| {
+                        let j = state.job(id)?;
+                        let d = state.capacity().node_domain(a.node, j.level)?;
+                        Some(state.capacity().domain(d).name.clone())
+                    })
+                    .unwrap_or_default();
+                let why = match backfill_for {
+                    Some(o) => format!("backfilled onto nodes reserved for job {o}: it ends before that reservation starts or leaves when it does"),
+                    None => format!("the fullest {level} with room for the whole gang ({domain})"),
+                };
+                format!(
+                    "{} bound to {}: {why}",
+                    secs(*at),
+                    node_list(state, assignments)
+                )
+            }
+            Event::JobStarted { job, at } if *job == id => format!("{} started", secs(*at)),
+            Event::JobCheckpointed {
+                job,
+                progress_ms,
+                uri,
+                at,
+            } if *job == id => format!(
+                "{} checkpoint complete: {:.0} s of work saved ({uri})",
+                secs(*at),
+                *progress_ms as f64 / 1000.0
+            ),
+            Event::PreemptionPlanned {
+                beneficiary,
+                cause,
+                victims,
+                at,
+                ..
+            } => {
+                if *beneficiary == id {
+                    let names: Vec<String> = victims.iter().map(|v| v.job.to_string()).collect();
+                    format!(
+                        "{} preemption planned for it ({}): victims {} (least work lost since their last checkpoints)",
+                        secs(*at),
+                        cause_text(cause),
+                        names.join(", ")
+                    )
+                } else if let Some(v) = victims.iter().find(|v| v.job == id) {
+                    format!(
+                        "{} chosen as a victim for job {beneficiary} ({}): cost {:.0} GPU·s, expected loss {}; stops at {:.0} s or on its next complete checkpoint",
+                        secs(*at),
+                        cause_text(cause),
+                        v.cost as f64 / 1000.0,
+                        gpu_hours(v.expected_lost_gpu_ms),
+                        v.deadline.as_secs_f64()
+                    )
+                } else {
+                    continue;
+                }
+            }
+            Event::JobPreempted {
+                job,
+                lost_gpu_ms,
+                resume_from,
+                at,
+            } if *job == id => format!(
+                "{} preempted: lost {} since its last complete checkpoint; resumes {}",
+                secs(*at),
+                gpu_hours(*lost_gpu_ms),
+                match resume_from {
+                    Some(c) => format!(
+                        "from {} at {:.0} s of work, on the same flavor and shape",
+                        c.uri,
+                        c.progress_ms as f64 / 1000.0
+                    ),
+                    None => "from scratch (no complete checkpoint)".to_string(),
+                }
+            ),
+            Event::JobRequeued {
+                job,
+                reason,
+                lost_gpu_ms,
+                at,
+            } if *job == id => {
+                let RequeueReason::NodeLost { node } = reason;
+                let name = state
+                    .nodes()
+                    .get(node.index())
+                    .map_or_else(|| node.to_string(), |n| n.spec.name.clone());
+                format!(
+                    "{} requeued: node {name} was lost; lost {}",
+                    secs(*at),
+                    gpu_hours(*lost_gpu_ms)
+                )
+            }
+            Event::JobFinished { job, outcome, at } if *job == id => {
+                format!("{} finished: {outcome:?}", secs(*at))
+            }
+            Event::JobCancelled { job, at } if *job == id => format!("{} cancelled", secs(*at)),
+            _ => continue,
+        };
+        out.push(line);
+    }
+    if let Some(job) = state.job(id) {
+        let mut now = format!("now: {:?}", job.phase);
+        if let Some(r) = pending_reason(state, id) {
+            now.push_str(&format!("; waiting because {r}"));
+        }
+        if let Some((pos, len)) = queue_position(state, id) {
+            now.push_str(&format!("; position {pos} of {len} in its queue"));
+        }
+        if matches!(job.phase, Phase::Queued | Phase::Admitted) {
+            match state.reservations().get(&id).and_then(|r| r.start) {
+                Some(t) => now.push_str(&format!(
+                    "; a reservation guarantees a start by {} s",
+                    t.as_secs()
+                )),
+                None => now.push_str("; no start time: no reservation guarantees one"),
+            }
+        }
+        out.push(now);
+    } else {
+        out.push(format!("no job {id}"));
+    }
+    out
 }

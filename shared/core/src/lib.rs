@@ -16,10 +16,12 @@ pub mod capacity;
 pub mod cycle;
 pub mod explain;
 pub mod placement;
+pub mod preemption;
 pub mod quota;
 pub mod recovery;
 pub mod state;
 
 pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
-pub use cycle::{run_cycle, CycleConfig, CycleStats, ScanMemo};
+pub use cycle::{run_cycle, run_cycle_timed, CycleConfig, CycleStats, ScanMemo, Stage, StageClock};
+pub use preemption::{PreemptionConfig, VictimOrder};
 pub use state::{ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};

@@ -1,20 +1,26 @@
-//! Placement: the only GPU allocator.
+//! Placement: the only GPU allocator, with reservations and backfill.
 //!
 //! Owns: binding admitted gangs all-or-nothing inside one domain of the
 //! level they ask for, preferring the fullest domain that fits and, inside
 //! it, the fullest nodes, so large holes stay whole. Jobs are taken per
 //! flavor by priority then admission order; a job that does not fit waits
-//! with `NoDomainFits` while smaller ones behind it may go.
+//! with `NoDomainFits` while smaller ones behind it may go. The first R
+//! blocked jobs get a reservation: specific nodes in one domain, held from
+//! the earliest time the running jobs' declared max runtimes guarantee
+//! (or with no start, where a running job declares none). Other jobs may
+//! backfill reserved nodes only if they end before the reservation starts
+//! or are preemptible (preemption evicts them when the nodes are needed).
 //!
 //! Must never: charge quota, or probe more than `max_heads` jobs a cycle. A
 //! flavor whose last pass placed nothing more is skipped until its capacity
 //! version changes (GPUs freed, nodes added, new jobs admitted).
 
-use crate::capacity::{CapacityOverlay, FlavorIdx};
+use crate::capacity::{CapacityOverlay, DomainIdx, FlavorIdx};
 use crate::cycle::{CycleConfig, ScanMemo};
-use crate::state::{QueueKey, State};
-use gpusched_events::{Event, PendingReason};
-use gpusched_model::Timestamp;
+use crate::state::{Job, Phase, QueueKey, Reservation, State};
+use gpusched_events::{Assignment, Event, PendingReason};
+use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// What a placement pass looked at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,6 +31,39 @@ pub struct PlacementStats {
     pub domains_probed: u64,
     /// Jobs bound.
     pub bound: u64,
+    /// Reservations made or re-planned.
+    pub reservations: u64,
+    /// Jobs backfilled onto reserved nodes.
+    pub backfilled: u64,
+}
+
+/// What this pass took outside the capacity index: GPUs on reserved
+/// nodes, and nodes it reserved.
+#[derive(Default)]
+struct Held {
+    gpus: FxHashMap<NodeId, Gpus>,
+    reserved: FxHashSet<NodeId>,
+}
+
+impl Held {
+    fn free(&self, state: &State, n: NodeId) -> Gpus {
+        state
+            .capacity()
+            .node_raw_free(n)
+            .saturating_sub(self.gpus.get(&n).copied().unwrap_or(0))
+    }
+    fn take(&mut self, a: &[Assignment]) {
+        for x in a {
+            *self.gpus.entry(x.node).or_default() += x.gpus;
+        }
+    }
+}
+
+fn node_ready(state: &State, n: NodeId) -> bool {
+    state
+        .nodes()
+        .get(n.index())
+        .is_some_and(|node| node.status == crate::state::NodeStatus::Ready)
 }
 
 /// Binds up to `cfg.max_heads` admitted jobs, round-robin across flavors.
@@ -35,8 +74,40 @@ pub fn decide(
     now: Timestamp,
 ) -> (Vec<Event>, PlacementStats) {
     let mut ov = CapacityOverlay::default();
+    let mut held = Held::default();
     let mut stats = PlacementStats::default();
     let mut events = Vec::new();
+    let mut done: FxHashSet<JobId> = FxHashSet::default();
+
+    // 1. Reserved jobs whose nodes are free now bind there.
+    for (&owner, r) in state.reservations() {
+        let Some(job) = state.job(owner).filter(|j| j.phase == Phase::Admitted) else {
+            continue;
+        };
+        let ready = r.assignments.iter().all(|a| {
+            node_ready(state, a.node)
+                && Some(state.nodes()[a.node.index()].flavor) == job.flavor
+                && held.free(state, a.node) >= a.gpus
+        });
+        if ready {
+            held.take(&r.assignments);
+            done.insert(owner);
+            stats.bound += 1;
+            events.push(Event::JobBound {
+                job: owner,
+                assignments: r.assignments.clone(),
+                backfill_for: None,
+                at: now,
+            });
+        }
+    }
+    let mut blocked_reservations = state
+        .reservations()
+        .values()
+        .filter(|r| !r.for_preemption)
+        .count();
+
+    // 2. Admitted jobs, per flavor in order, round-robin across flavors.
     // (flavor, cursor, jobs examined in this flavor that did not fit)
     let mut active: Vec<(FlavorIdx, Option<QueueKey>, usize)> = (0..state.flavors().len())
         .map(|f| f as FlavorIdx)
@@ -44,56 +115,142 @@ pub fn decide(
         .filter(|&f| memo.flavor_blocked.get(&f) != Some(&state.capacity_version(f)))
         .map(|f| (f, None, 0))
         .collect();
+    // Flavors where this pass planned (or tried to plan) a reservation: they
+    // are looked at again next cycle rather than parked, since the plan
+    // depends on this pass's own placements.
+    let mut reserving: FxHashSet<FlavorIdx> = FxHashSet::default();
     while !active.is_empty() && (stats.heads_examined as usize) < cfg.max_heads {
         let mut i = 0;
         while i < active.len() && (stats.heads_examined as usize) < cfg.max_heads {
             let (f, cursor, mut blocked) = active[i];
             let Some(key) = state.unplaced_after(f, cursor) else {
-                memo.flavor_blocked.insert(f, state.capacity_version(f));
+                if !reserving.contains(&f) {
+                    memo.flavor_blocked.insert(f, state.capacity_version(f));
+                }
                 active.swap_remove(i);
                 continue;
             };
             stats.heads_examined += 1;
-            if let Some(job) = state.job(key.job) {
+            let job = state.job(key.job).filter(|_| !done.contains(&key.job));
+            if let Some(job) = job {
                 let (w, g) = (job.spec.workers, job.spec.gpus_per_worker);
                 let cap = state.capacity();
                 let found = cap
                     .find_domain(&ov, f, job.level, w, g, &mut stats.domains_probed)
                     .and_then(|d| cap.choose_nodes(&ov, d, w, g));
-                match found {
-                    Some(assignments) => {
-                        cap.take(&mut ov, &assignments);
-                        stats.bound += 1;
-                        events.push(Event::JobBound {
+                if let Some(assignments) = found {
+                    cap.take(&mut ov, &assignments);
+                    done.insert(job.id);
+                    stats.bound += 1;
+                    events.push(Event::JobBound {
+                        job: job.id,
+                        assignments,
+                        backfill_for: None,
+                        at: now,
+                    });
+                } else if let Some((owner, assignments)) = (cfg.reservations > 0)
+                    .then(|| backfill(state, &held, &done, job, now))
+                    .flatten()
+                {
+                    held.take(&assignments);
+                    done.insert(job.id);
+                    stats.backfilled += 1;
+                    stats.bound += 1;
+                    events.push(Event::JobBound {
+                        job: job.id,
+                        assignments,
+                        backfill_for: Some(owner),
+                        at: now,
+                    });
+                } else {
+                    blocked += 1;
+                    if cfg.reservations > 0 {
+                        let own = state.reservations().get(&job.id);
+                        let replan = match own {
+                            None => blocked_reservations < cfg.reservations,
+                            Some(r) => {
+                                !r.for_preemption
+                                    && r.stale
+                                    && memo.reservation_checked.get(&job.id)
+                                        != Some(&state.capacity_version(f))
+                            }
+                        };
+                        if replan {
+                            reserving.insert(f);
+                            let plan = plan_reservation(
+                                state,
+                                &ov,
+                                &held,
+                                cfg,
+                                job,
+                                f,
+                                now,
+                                &mut stats.domains_probed,
+                            );
+                            memo.reservation_checked
+                                .insert(job.id, state.capacity_version(f));
+                            if let Some((assignments, start)) = plan {
+                                let better = own.is_none_or(|r| earlier(start, r.start));
+                                let clash =
+                                    assignments.iter().any(|a| held.reserved.contains(&a.node));
+                                if better && !clash {
+                                    if own.is_none() {
+                                        blocked_reservations += 1;
+                                    }
+                                    done.insert(job.id);
+                                    // Later jobs of this pass keep off these nodes.
+                                    for a in &assignments {
+                                        held.reserved.insert(a.node);
+                                        let free = cap.free_with(&ov, a.node);
+                                        if free > 0 {
+                                            cap.take(
+                                                &mut ov,
+                                                &[Assignment {
+                                                    node: a.node,
+                                                    gpus: free,
+                                                }],
+                                            );
+                                        }
+                                    }
+                                    stats.reservations += 1;
+                                    events.push(Event::ReservationMade {
+                                        job: job.id,
+                                        assignments,
+                                        start,
+                                        at: now,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    let reason = PendingReason::NoDomainFits {
+                        flavor: state.flavor_name(f).to_string(),
+                        level: state.level_name(job.level).to_string(),
+                        workers: w,
+                        gpus_per_worker: g,
+                        largest_free: cap.largest_free(&ov, f, job.level),
+                    };
+                    if job.last_reason.as_ref().map(|r| r.kind()) != Some(reason.kind()) {
+                        events.push(Event::JobPending {
                             job: job.id,
-                            assignments,
+                            reason,
                             at: now,
                         });
                     }
-                    None => {
-                        blocked += 1;
-                        let reason = PendingReason::NoDomainFits {
-                            flavor: state.flavor_name(f).to_string(),
-                            level: state.level_name(job.level).to_string(),
-                            workers: w,
-                            gpus_per_worker: g,
-                            largest_free: cap.largest_free(&ov, f, job.level),
-                        };
-                        if job.last_reason.as_ref().map(|r| r.kind()) != Some(reason.kind()) {
-                            events.push(Event::JobPending {
-                                job: job.id,
-                                reason,
-                                at: now,
-                            });
-                        }
-                    }
                 }
             }
-            // Nothing more fits once no node of the flavor has a free GPU.
-            let exhausted = state.capacity().largest_free(&ov, f, 0) == 0;
+            // Nothing more fits once no schedulable node of the flavor has
+            // a free GPU, no reserved node may take backfill and no blocked
+            // job is owed a reservation (explain still answers for the jobs
+            // behind).
+            let exhausted = state.capacity().largest_free(&ov, f, 0) == 0
+                && state.reservations().is_empty()
+                && (cfg.reservations == 0 || blocked_reservations >= cfg.reservations);
             active[i] = (f, Some(key), blocked);
             if blocked >= cfg.max_heads_per_tenant || exhausted {
-                memo.flavor_blocked.insert(f, state.capacity_version(f));
+                if !reserving.contains(&f) {
+                    memo.flavor_blocked.insert(f, state.capacity_version(f));
+                }
                 active.swap_remove(i);
                 continue;
             }
@@ -101,4 +258,218 @@ pub fn decide(
         }
     }
     (events, stats)
+}
+
+/// Whether start `a` is strictly earlier than `b` (a known start beats none).
+fn earlier(a: Option<Timestamp>, b: Option<Timestamp>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => x < y,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// Whether `job` may backfill reservation `r`: it ends before `r` starts,
+/// or it is preemptible.
+pub fn may_backfill(job: &Job, r: &Reservation, now: Timestamp) -> bool {
+    let ends_before = match (r.start, job.spec.max_runtime_s) {
+        (Some(start), Some(max)) => now.plus_secs(max) <= start,
+        _ => false,
+    };
+    job.spec.preemptible || ends_before
+}
+
+/// Packs a gang onto some of `nodes` (free GPUs given) inside one domain of
+/// the job's level, fullest nodes first.
+fn pack(state: &State, job: &Job, nodes: &[(NodeId, Gpus)]) -> Option<Vec<Assignment>> {
+    let (w, g) = (job.spec.workers, job.spec.gpus_per_worker);
+    let mut groups: FxHashMap<Option<DomainIdx>, Vec<(Gpus, NodeId)>> = FxHashMap::default();
+    for &(n, free) in nodes {
+        if free >= g {
+            groups
+                .entry(state.capacity().node_domain(n, job.level))
+                .or_default()
+                .push((free, n));
+        }
+    }
+    let mut keys: Vec<Option<DomainIdx>> = groups.keys().copied().collect();
+    keys.sort_unstable();
+    for k in keys {
+        let mut v = groups.remove(&k).unwrap_or_default();
+        v.sort_unstable();
+        let mut left = w;
+        let mut out = Vec::new();
+        for (free, n) in v {
+            let take = (free / g).min(left);
+            if take > 0 {
+                out.push(Assignment {
+                    node: n,
+                    gpus: take * g,
+                });
+                left -= take;
+            }
+            if left == 0 {
+                return Some(out);
+            }
+        }
+    }
+    None
+}
+
+/// A reservation's nodes a blocked job may backfill now, if any.
+/// Reservations bound or re-planned earlier in the pass (`changed`) are
+/// left alone.
+fn backfill(
+    state: &State,
+    held: &Held,
+    changed: &FxHashSet<JobId>,
+    job: &Job,
+    now: Timestamp,
+) -> Option<(JobId, Vec<Assignment>)> {
+    let f = job.flavor?;
+    for (&owner, r) in state.reservations() {
+        if owner == job.id
+            || r.for_preemption
+            || changed.contains(&owner)
+            || !may_backfill(job, r, now)
+        {
+            continue;
+        }
+        let nodes: Vec<(NodeId, Gpus)> = r
+            .assignments
+            .iter()
+            .filter(|a| node_ready(state, a.node) && state.nodes()[a.node.index()].flavor == f)
+            .map(|a| (a.node, held.free(state, a.node)))
+            .collect();
+        if let Some(assignments) = pack(state, job, &nodes) {
+            return Some((owner, assignments));
+        }
+    }
+    None
+}
+
+/// Orders reservation plans: a known start first, then the earliest, then
+/// the domain with the most free GPUs now, then the domain index.
+type ReservationKey = (bool, u64, i64, DomainIdx);
+
+/// When each GPU-holding job on a node is guaranteed to be gone.
+fn guaranteed_end(job: &Job, now: Timestamp) -> Option<Timestamp> {
+    match job.phase {
+        Phase::Preempting => job.preempt.map(|(deadline, _)| deadline),
+        Phase::Running => Some(job.started_at?.plus_secs(job.spec.max_runtime_s?)),
+        Phase::Bound => Some(now.plus_secs(job.spec.max_runtime_s?)),
+        _ => None,
+    }
+}
+
+/// Plans a reservation for a blocked job: over up to
+/// `cfg.reservation_domains` domains of its level (most free first), the
+/// earliest time the domain is guaranteed to hold the gang, from running
+/// jobs' declared max runtimes. Returns the nodes and the start (`None`
+/// when some job in the way declares no max runtime).
+#[allow(clippy::too_many_arguments)]
+fn plan_reservation(
+    state: &State,
+    ov: &CapacityOverlay,
+    held: &Held,
+    cfg: &CycleConfig,
+    job: &Job,
+    f: FlavorIdx,
+    now: Timestamp,
+    probes: &mut u64,
+) -> Option<(Vec<Assignment>, Option<Timestamp>)> {
+    let cap = state.capacity();
+    let (w, g) = (job.spec.workers, job.spec.gpus_per_worker);
+    // (no start known, start, -free now, domain) → best is the minimum.
+    let mut best: Option<(ReservationKey, Vec<Assignment>, Option<Timestamp>)> = None;
+    for d in cap
+        .domains_by_free_desc(f, job.level)
+        .take(cfg.reservation_domains)
+    {
+        *probes += 1;
+        let dom = cap.domain(d);
+        // Per usable node: free now and (end, GPUs) of the jobs holding it.
+        let mut free: FxHashMap<NodeId, Gpus> = FxHashMap::default();
+        let mut ends: Vec<(Timestamp, NodeId, Gpus)> = Vec::new();
+        let mut unknown: FxHashMap<NodeId, Gpus> = FxHashMap::default();
+        for &n in &dom.nodes {
+            let node = &state.nodes()[n.index()];
+            if node.status != crate::state::NodeStatus::Ready
+                || node.reserved_for.is_some()
+                || held.reserved.contains(&n)
+            {
+                continue;
+            }
+            let fr = cap.free_with(ov, n).min(held.free(state, n));
+            free.insert(n, fr);
+            for j in node.jobs.iter().filter_map(|j| state.job(*j)) {
+                let gpus: Gpus = j
+                    .assignments
+                    .iter()
+                    .filter(|a| a.node == n)
+                    .map(|a| a.gpus)
+                    .sum();
+                match guaranteed_end(j, now) {
+                    Some(t) => ends.push((t.max(now), n, gpus)),
+                    None => *unknown.entry(n).or_default() += gpus,
+                }
+            }
+        }
+        ends.sort_unstable();
+        let slots =
+            |m: &FxHashMap<NodeId, Gpus>| -> u64 { m.values().map(|&x| (x / g) as u64).sum() };
+        let mut at_t = free.clone();
+        let mut start = None;
+        if slots(&at_t) >= w as u64 {
+            start = Some(now);
+        } else {
+            for &(t, n, gpus) in &ends {
+                *at_t.entry(n).or_default() += gpus;
+                if slots(&at_t) >= w as u64 {
+                    start = Some(t);
+                    break;
+                }
+            }
+        }
+        // Nodes: at the start, most free first; with no start, most free
+        // eventually (all jobs gone) and soonest first.
+        let mut order: Vec<(Gpus, Gpus, NodeId)> = if start.is_some() {
+            at_t.iter().map(|(&n, &x)| (x, x, n)).collect()
+        } else {
+            at_t.iter()
+                .map(|(&n, &x)| (x + unknown.get(&n).copied().unwrap_or(0), x, n))
+                .collect()
+        };
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let mut left = w;
+        let mut out = Vec::new();
+        for (eventually, _, n) in order {
+            let take = (eventually / g).min(left);
+            if take > 0 {
+                out.push(Assignment {
+                    node: n,
+                    gpus: take * g,
+                });
+                left -= take;
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        if left > 0 {
+            continue;
+        }
+        out.sort_unstable_by_key(|a| a.node);
+        let free_now: u64 = free.values().map(|&x| x as u64).sum();
+        let key = (
+            start.is_none(),
+            start.map_or(0, |t| t.0),
+            -(free_now as i64),
+            d,
+        );
+        if best.as_ref().is_none_or(|b| key < b.0) {
+            best = Some((key, out, start));
+        }
+    }
+    best.map(|(_, a, s)| (a, s))
 }

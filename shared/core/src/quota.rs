@@ -217,9 +217,31 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
     };
     let mut first_err = None;
     let mut fits = Vec::new();
+    let cohort = state.tenant(t).cohort;
+    let planned = state.planned_flavor(job.id);
     for (pos, &f) in job.flavors.iter().enumerate() {
-        match check(state, ov, t, f, need) {
-            Ok(fit) if job.flavors.len() == 1 => return Ok(fit),
+        // Room was freed for it in one flavor: that is where it goes.
+        if planned.is_some_and(|p| p != f) {
+            continue;
+        }
+        let checked = check(state, ov, t, f, need).and_then(|fit| {
+            // Quota a reclaim freed goes to its beneficiary, not to borrowers.
+            match cohort {
+                Some(c) if fit.borrowed > 0 && state.reclaim_held(c, f, job.id) => {
+                    Err(Blocked::Cohort {
+                        flavor: f,
+                        cohort: c,
+                        used: ov.used(state, t, f),
+                        nominal: state.tenant(t).quota(f).map_or(0, |q| q.nominal),
+                        lendable_left: 0,
+                        need,
+                    })
+                }
+                _ => Ok(fit),
+            }
+        });
+        match checked {
+            Ok(fit) if job.flavors.len() == 1 || planned.is_some() => return Ok(fit),
             Ok(fit) => fits.push((pos, fit)),
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -419,12 +441,14 @@ pub fn decide(
                 }
                 // Best-effort passes a blocked head, unless no job could fit:
                 // no flavor of the tenant has room for even one more GPU.
+                // A tenant below nominal somewhere goes on too: its jobs may
+                // reclaim lent quota, and each needs its reason recorded.
                 let go_on = tenant.spec.queueing == QueueingMode::BestEffortFifo
                     && *d < cfg.max_heads_per_tenant
-                    && tenant
-                        .flavor_order
-                        .iter()
-                        .any(|&f| check(state, &ov, t, f, 1).is_ok());
+                    && tenant.flavor_order.iter().any(|&f| {
+                        check(state, &ov, t, f, 1).is_ok()
+                            || ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal)
+                    });
                 match next {
                     Some(n) if go_on => heap.push(Reverse(head_key(state, &ov, t, n))),
                     _ => {

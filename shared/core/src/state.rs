@@ -9,7 +9,9 @@
 //! anything, so a refused event leaves the state untouched.
 
 use crate::capacity::{CapacityIndex, FlavorIdx};
-use gpusched_events::{Assignment, Event, Outcome, PendingReason, RejectReason};
+use gpusched_events::{
+    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RejectReason,
+};
 use gpusched_model::{
     FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
     LEVEL_NODE,
@@ -17,7 +19,7 @@ use gpusched_model::{
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Index of a tenant in the state's tenant table.
 pub type TenantIdx = u32;
@@ -46,11 +48,13 @@ pub enum Phase {
     Cancelled,
     /// Refused at submission.
     Rejected,
+    /// Chosen as a victim: checkpointing or waiting for its deadline.
+    Preempting,
 }
 
 impl Phase {
     /// All phases, in order.
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 10] = [
         Phase::Submitted,
         Phase::Queued,
         Phase::Admitted,
@@ -60,6 +64,7 @@ impl Phase {
         Phase::Failed,
         Phase::Cancelled,
         Phase::Rejected,
+        Phase::Preempting,
     ];
 
     /// Whether the job has ended for good.
@@ -72,12 +77,15 @@ impl Phase {
 
     /// Whether the job holds GPUs.
     pub fn holds_gpus(self) -> bool {
-        matches!(self, Phase::Bound | Phase::Running)
+        matches!(self, Phase::Bound | Phase::Running | Phase::Preempting)
     }
 
     /// Whether the job holds quota.
     pub fn holds_quota(self) -> bool {
-        matches!(self, Phase::Admitted | Phase::Bound | Phase::Running)
+        matches!(
+            self,
+            Phase::Admitted | Phase::Bound | Phase::Running | Phase::Preempting
+        )
     }
 }
 
@@ -135,10 +143,79 @@ pub struct Job {
     pub last_reason: Option<PendingReason>,
     /// Why it was rejected.
     pub rejection: Option<RejectReason>,
+    /// Its last complete checkpoint, kept across runs.
+    pub last_checkpoint: Option<Checkpoint>,
+    /// Work done when the current (or next) run starts, from its checkpoint.
+    pub resume_progress_ms: u64,
+    /// When it was last preempted.
+    pub preempted_at: Option<Timestamp>,
+    /// Times it was preempted.
+    pub preemptions: u32,
+    /// While preempting: the deadline and the beneficiary.
+    pub preempt: Option<(Timestamp, JobId)>,
+    /// While bound or running on nodes reserved for another job: that job.
+    pub backfill_for: Option<JobId>,
+}
+
+/// A complete checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Work it captures, ms.
+    pub progress_ms: u64,
+    /// Where it is stored.
+    pub uri: String,
+    /// When it completed.
+    pub at: Timestamp,
+    /// Flavor it was taken on: the job resumes only on this flavor.
+    pub flavor: FlavorIdx,
+}
+
+/// Nodes held for a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// GPUs held per node.
+    pub assignments: Vec<Assignment>,
+    /// Guaranteed start, if any.
+    pub start: Option<Timestamp>,
+    /// When made.
+    pub made_at: Timestamp,
+    /// Made for a preemption's beneficiary (else for a blocked job).
+    pub for_preemption: bool,
+    /// A job on its nodes ended: the start may be earlier now.
+    pub stale: bool,
+    /// Jobs backfilled onto its nodes.
+    pub backfill: BTreeSet<JobId>,
 }
 
 impl Job {
-    fn queue_key(&self) -> QueueKey {
+    /// Wall time since which this run's work is not in a complete
+    /// checkpoint (the run's start, or the capture point of a checkpoint
+    /// taken in this run). `None` unless running.
+    pub fn safe_point(&self) -> Option<Timestamp> {
+        let started = self.started_at?;
+        let captured = self
+            .last_checkpoint
+            .as_ref()
+            .map_or(0, |c| c.progress_ms.saturating_sub(self.resume_progress_ms));
+        Some(Timestamp(started.0 + captured))
+    }
+
+    /// Work (ms) this run has done that no complete checkpoint holds.
+    pub fn unsaved_ms(&self, now: Timestamp) -> u64 {
+        self.safe_point().map_or(0, |s| now.millis_since(s))
+    }
+
+    /// The checkpoint a restart resumes from.
+    pub fn resume_from(&self) -> Option<CheckpointRef> {
+        self.last_checkpoint.as_ref().map(|c| CheckpointRef {
+            progress_ms: c.progress_ms,
+            uri: c.uri.clone(),
+        })
+    }
+}
+
+impl Job {
+    pub(crate) fn queue_key(&self) -> QueueKey {
         QueueKey {
             priority: Reverse(self.spec.priority),
             order: self.order,
@@ -179,6 +256,8 @@ pub struct Node {
     pub status: NodeStatus,
     /// Jobs holding GPUs on it.
     pub jobs: Vec<JobId>,
+    /// The job it is reserved for, if any.
+    pub reserved_for: Option<JobId>,
 }
 
 /// A tenant's quota in one flavor, resolved.
@@ -316,14 +395,40 @@ pub enum ApplyError {
         /// Which limit.
         why: String,
     },
+    /// A resume that is not from the job's last complete checkpoint, or on
+    /// another flavor than the checkpoint's.
+    #[error("job {job}: may resume only from its last complete checkpoint on the same flavor")]
+    IncompatibleResume {
+        /// The job.
+        job: JobId,
+    },
+    /// A preemption that breaks the rules.
+    #[error("job {job}: bad preemption: {why}")]
+    BadPreemption {
+        /// The job.
+        job: JobId,
+        /// What is wrong.
+        why: String,
+    },
+    /// A reservation that breaks the rules.
+    #[error("job {job}: bad reservation: {why}")]
+    BadReservation {
+        /// The job.
+        job: JobId,
+        /// What is wrong.
+        why: String,
+    },
     /// Topology may only be configured before the first node.
     #[error("topology cannot change once nodes exist")]
     TopologyFixed,
 }
 
+/// Preemptible running jobs of one tenant and flavor, by latest safe point first.
+type VictimIndex = BTreeSet<(Reverse<Timestamp>, JobId)>;
+
 /// Counts of jobs per phase.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PhaseCounts([u64; 9]);
+pub struct PhaseCounts([u64; 10]);
 
 impl PhaseCounts {
     /// Jobs in a phase.
@@ -359,6 +464,23 @@ pub struct State {
     capacity_version: Vec<u64>,
     next_order: u64,
     counts: PhaseCounts,
+    /// Preemptible running jobs per tenant and flavor, least unsaved work first.
+    candidates: Vec<Vec<VictimIndex>>,
+    /// Preempting jobs by deadline.
+    preempting: BTreeSet<(Timestamp, JobId)>,
+    /// Preempting jobs that completed a checkpoint since they were chosen.
+    preempt_ready: BTreeSet<JobId>,
+    /// Beneficiary → victims still preempting.
+    plans: BTreeMap<JobId, BTreeSet<JobId>>,
+    /// Reservations by job.
+    reservations: BTreeMap<JobId, Reservation>,
+    /// Waiting jobs whose last reason preemption might cure.
+    wants_preemption: BTreeSet<QueueKey>,
+    /// Bumped whenever a job starts running (new victim candidates).
+    running_version: u64,
+    /// Reclaim beneficiaries not yet admitted → (cohort, flavor): quota
+    /// freed there goes to them, not back to borrowers.
+    reclaim_holds: BTreeMap<JobId, (CohortIdx, FlavorIdx)>,
 }
 
 fn at_mut<T: Clone + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
@@ -495,6 +617,61 @@ impl State {
     pub fn capacity_version(&self, f: FlavorIdx) -> u64 {
         self.capacity_version.get(f as usize).copied().unwrap_or(0)
     }
+    /// Preemptible running jobs of a tenant in a flavor, least unsaved work
+    /// (latest safe point) first.
+    pub fn victim_candidates(
+        &self,
+        t: TenantIdx,
+        f: FlavorIdx,
+    ) -> impl Iterator<Item = JobId> + '_ {
+        self.candidates
+            .get(t as usize)
+            .and_then(|v| v.get(f as usize))
+            .into_iter()
+            .flatten()
+            .map(|&(_, j)| j)
+    }
+    /// Preempting jobs by deadline.
+    pub fn preempting(&self) -> impl Iterator<Item = (Timestamp, JobId)> + '_ {
+        self.preempting.iter().copied()
+    }
+    /// Preempting jobs that completed a checkpoint since they were chosen.
+    pub fn preempt_ready(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.preempt_ready.iter().copied()
+    }
+    /// Victims still preempting for a beneficiary.
+    pub fn plan(&self, beneficiary: JobId) -> Option<&BTreeSet<JobId>> {
+        self.plans.get(&beneficiary)
+    }
+    /// All reservations.
+    pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {
+        &self.reservations
+    }
+    /// Waiting jobs whose last reason preemption might cure, by priority then order.
+    pub fn wants_preemption(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.wants_preemption.iter().map(|k| k.job)
+    }
+    /// Bumped whenever a job starts running.
+    pub fn running_version(&self) -> u64 {
+        self.running_version
+    }
+    /// The flavor a preemption planned for this job freed room in (its
+    /// reclaim hold or its reserved nodes): it must be admitted there.
+    pub fn planned_flavor(&self, job: JobId) -> Option<FlavorIdx> {
+        if let Some(&(_, f)) = self.reclaim_holds.get(&job) {
+            return Some(f);
+        }
+        let r = self.reservations.get(&job).filter(|r| r.for_preemption)?;
+        let a = r.assignments.first()?;
+        self.nodes.get(a.node.index()).map(|n| n.flavor)
+    }
+    /// Whether a reclaim in this cohort and flavor waits for its
+    /// beneficiary's admission (other than `except`): borrowing there is held.
+    pub fn reclaim_held(&self, c: CohortIdx, f: FlavorIdx, except: JobId) -> bool {
+        self.reclaim_holds
+            .iter()
+            .any(|(j, &(hc, hf))| *j != except && hc == c && hf == f)
+    }
     /// Total GPUs allocated to jobs.
     pub fn gpus_in_use(&self) -> u64 {
         (0..self.nodes.len())
@@ -569,6 +746,7 @@ impl State {
 
     /// Frees a job's GPUs and quota (it must hold them).
     fn release(&mut self, id: JobId) {
+        self.forget_preemptible(id);
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -578,7 +756,7 @@ impl State {
         job.flavor = None;
         job.borrowed = 0;
         for a in &assignments {
-            let raw_free = self.capacity.node_gpus(a.node) - self.capacity.node_used(a.node);
+            let raw_free = self.capacity.node_raw_free(a.node);
             self.capacity.set_node_free(a.node, raw_free + a.gpus);
             if let Some(node) = self.nodes.get_mut(a.node.index()) {
                 node.jobs.retain(|j| *j != id);
@@ -598,6 +776,130 @@ impl State {
             }
         }
         self.orphaned.remove(&id);
+        if let Some((deadline, beneficiary)) = self.jobs.get_mut(&id).and_then(|j| j.preempt.take())
+        {
+            self.preempting.remove(&(deadline, id));
+            self.preempt_ready.remove(&id);
+            if let Some(victims) = self.plans.get_mut(&beneficiary) {
+                victims.remove(&id);
+                if victims.is_empty() {
+                    self.plans.remove(&beneficiary);
+                }
+            }
+        }
+        if let Some(owner) = self.jobs.get_mut(&id).and_then(|j| j.backfill_for.take()) {
+            if let Some(r) = self.reservations.get_mut(&owner) {
+                r.backfill.remove(&id);
+            }
+        }
+        // A reservation whose nodes just got GPUs back may start earlier.
+        for a in &assignments {
+            if let Some(owner) = self.nodes.get(a.node.index()).and_then(|n| n.reserved_for) {
+                if let Some(r) = self.reservations.get_mut(&owner) {
+                    r.stale = true;
+                }
+            }
+        }
+    }
+
+    /// Takes a running job out of the victim index.
+    fn forget_preemptible(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if let (Some(t), Some(f), Some(sp)) = (job.tenant, job.flavor, job.safe_point()) {
+            if let Some(set) = self
+                .candidates
+                .get_mut(t as usize)
+                .and_then(|v| v.get_mut(f as usize))
+            {
+                set.remove(&(Reverse(sp), id));
+            }
+        }
+    }
+
+    /// Puts a running preemptible job into the victim index.
+    fn index_preemptible(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if job.phase != Phase::Running || !job.spec.preemptible {
+            return;
+        }
+        if let (Some(t), Some(f), Some(sp)) = (job.tenant, job.flavor, job.safe_point()) {
+            let v = at_mut(&mut self.candidates, t as usize);
+            at_mut(v, f as usize).insert((Reverse(sp), id));
+        }
+    }
+
+    /// Whether a node takes new work: ready and not reserved.
+    fn refresh_schedulable(&mut self, n: NodeId) {
+        let Some(node) = self.nodes.get(n.index()) else {
+            return;
+        };
+        let on = node.status == NodeStatus::Ready && node.reserved_for.is_none();
+        let f = node.flavor;
+        let was = self.capacity.is_schedulable(n);
+        self.capacity.set_schedulable(n, on);
+        if on && !was {
+            *at_mut(&mut self.capacity_version, f as usize) += 1;
+        }
+    }
+
+    /// Bumps the capacity version of the flavors of these nodes: a
+    /// reservation came or went, so what may be placed or backfilled changed.
+    fn bump_nodes(&mut self, assignments: &[Assignment]) {
+        let mut flavors: Vec<FlavorIdx> = assignments
+            .iter()
+            .filter_map(|a| self.nodes.get(a.node.index()).map(|n| n.flavor))
+            .collect();
+        flavors.sort_unstable();
+        flavors.dedup();
+        for f in flavors {
+            *at_mut(&mut self.capacity_version, f as usize) += 1;
+        }
+    }
+
+    fn release_reservation(&mut self, job: JobId) {
+        let Some(r) = self.reservations.remove(&job) else {
+            return;
+        };
+        for a in &r.assignments {
+            if let Some(node) = self.nodes.get_mut(a.node.index()) {
+                if node.reserved_for == Some(job) {
+                    node.reserved_for = None;
+                }
+            }
+            self.refresh_schedulable(a.node);
+        }
+        self.bump_nodes(&r.assignments);
+        for b in r.backfill {
+            if let Some(j) = self.jobs.get_mut(&b) {
+                j.backfill_for = None;
+            }
+        }
+    }
+
+    /// Returns a job to its tenant's queue after losing its GPUs; it will
+    /// resume from its last complete checkpoint, on that checkpoint's flavor.
+    fn requeue(&mut self, id: JobId, at: Timestamp, lost_gpu_ms: u64) -> Result<(), ApplyError> {
+        self.release(id);
+        self.set_phase(id, Phase::Queued);
+        let j = self.job_mut(id)?;
+        j.lost_gpu_ms += lost_gpu_ms;
+        j.started_at = None;
+        j.resume_progress_ms = j.last_checkpoint.as_ref().map_or(0, |c| c.progress_ms);
+        if let Some(c) = &j.last_checkpoint {
+            j.flavors = vec![c.flavor];
+        }
+        let _ = at;
+        let key = j.queue_key();
+        if let Some(t) = j.tenant {
+            let tenant = &mut self.tenants[t as usize];
+            tenant.pending.insert(key);
+            tenant.version += 1;
+        }
+        Ok(())
     }
 
     fn detach_tenant(&mut self, t: TenantIdx) {
@@ -755,6 +1057,7 @@ impl State {
                     flavor: f,
                     status: NodeStatus::Ready,
                     jobs: Vec::new(),
+                    reserved_for: None,
                 });
                 self.node_by_name.insert(spec.name.clone(), *node);
                 *at_mut(&mut self.capacity_version, f as usize) += 1;
@@ -777,8 +1080,12 @@ impl State {
                         event: ev.kind(),
                     });
                 }
-                self.capacity.set_schedulable(*node, false);
                 self.nodes[node.index()].status = to;
+                self.refresh_schedulable(*node);
+                // A reservation cannot start on a node taken out of service.
+                if let Some(owner) = self.nodes[node.index()].reserved_for {
+                    self.release_reservation(owner);
+                }
             }
             Event::NodeUncordoned { node } => {
                 let n = self.node_checked(*node)?;
@@ -790,8 +1097,8 @@ impl State {
                     });
                 }
                 let f = n.flavor;
-                self.capacity.set_schedulable(*node, true);
                 self.nodes[node.index()].status = NodeStatus::Ready;
+                self.refresh_schedulable(*node);
                 *at_mut(&mut self.capacity_version, f as usize) += 1;
             }
             Event::NodeLost { node, .. } => {
@@ -806,8 +1113,12 @@ impl State {
                 self.capacity.remove_node(*node);
                 let n = &mut self.nodes[node.index()];
                 n.status = NodeStatus::Lost;
+                let reserved = n.reserved_for;
                 for j in n.jobs.clone() {
                     self.orphaned.insert(j);
+                }
+                if let Some(owner) = reserved {
+                    self.release_reservation(owner);
                 }
             }
             Event::JobSubmitted { job, spec, at } => {
@@ -839,6 +1150,12 @@ impl State {
                         lost_gpu_ms: 0,
                         last_reason: None,
                         rejection: None,
+                        last_checkpoint: None,
+                        resume_progress_ms: 0,
+                        preempted_at: None,
+                        preemptions: 0,
+                        preempt: None,
+                        backfill_for: None,
                     },
                 );
                 self.counts.mv(None, Phase::Submitted);
@@ -897,6 +1214,9 @@ impl State {
                     .filter(|f| j.flavors.contains(f))
                     .ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
                 let t = j.tenant.ok_or(ApplyError::UnknownJob(*job))?;
+                if j.last_checkpoint.as_ref().is_some_and(|c| c.flavor != f) {
+                    return Err(ApplyError::IncompatibleResume { job: *job });
+                }
                 let need = j.spec.total_gpus();
                 let tenant = &self.tenants[t as usize];
                 let q = tenant
@@ -934,6 +1254,8 @@ impl State {
                 }
                 let key = j.queue_key();
                 self.tenants[t as usize].pending.remove(&key);
+                self.wants_preemption.remove(&key);
+                self.reclaim_holds.remove(job);
                 self.charge(t, f, new_used);
                 let order = self.next_order;
                 self.next_order += 1;
@@ -948,37 +1270,68 @@ impl State {
                 *at_mut(&mut self.capacity_version, f as usize) += 1;
             }
             Event::JobPending { job, reason, .. } => {
-                self.expect_phase(*job, &[Phase::Queued, Phase::Admitted], ev.kind())?;
+                let j = self.expect_phase(*job, &[Phase::Queued, Phase::Admitted], ev.kind())?;
+                let key = j.queue_key();
+                let cure = matches!(
+                    reason,
+                    PendingReason::CohortExhausted { .. }
+                        | PendingReason::QuotaExceeded { .. }
+                        | PendingReason::NoDomainFits { .. }
+                );
+                if cure {
+                    self.wants_preemption.insert(key);
+                } else {
+                    self.wants_preemption.remove(&key);
+                }
                 self.job_mut(*job)?.last_reason = Some(reason.clone());
             }
             Event::JobBound {
-                job, assignments, ..
+                job,
+                assignments,
+                backfill_for,
+                at,
             } => {
                 let j = self.expect_phase(*job, &[Phase::Admitted], ev.kind())?;
-                self.check_binding(j, assignments)?;
+                self.check_binding(j, assignments, *backfill_for, *at)?;
                 let f = j.flavor.ok_or(ApplyError::UnknownJob(*job))?;
                 let key = j.placement_key();
+                let qkey = j.queue_key();
                 self.unplaced[f as usize].remove(&key);
+                self.wants_preemption.remove(&qkey);
                 for a in assignments {
-                    let free = self.capacity.node_free(a.node);
+                    let free = self.capacity.node_raw_free(a.node);
                     self.capacity.set_node_free(a.node, free - a.gpus);
                     self.nodes[a.node.index()].jobs.push(*job);
+                }
+                self.release_reservation(*job);
+                if let Some(owner) = backfill_for {
+                    if let Some(r) = self.reservations.get_mut(owner) {
+                        r.backfill.insert(*job);
+                    }
                 }
                 self.set_phase(*job, Phase::Bound);
                 let j = self.job_mut(*job)?;
                 j.assignments = assignments.clone();
                 j.last_reason = None;
+                j.backfill_for = *backfill_for;
             }
             Event::JobStarted { job, at } => {
-                self.expect_phase(*job, &[Phase::Bound], ev.kind())?;
+                let j = self.expect_phase(*job, &[Phase::Bound], ev.kind())?;
+                if let Some(c) = &j.last_checkpoint {
+                    if j.flavor != Some(c.flavor) {
+                        return Err(ApplyError::IncompatibleResume { job: *job });
+                    }
+                }
                 self.set_phase(*job, Phase::Running);
                 let j = self.job_mut(*job)?;
                 j.started_at = Some(*at);
                 j.first_started_at.get_or_insert(*at);
                 j.starts += 1;
+                self.index_preemptible(*job);
+                self.running_version += 1;
             }
             Event::JobFinished { job, outcome, at } => {
-                self.expect_phase(*job, &[Phase::Running], ev.kind())?;
+                self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;
                 self.release(*job);
                 let to = match outcome {
                     Outcome::Succeeded => Phase::Succeeded,
@@ -996,9 +1349,11 @@ impl State {
                         Phase::Admitted,
                         Phase::Bound,
                         Phase::Running,
+                        Phase::Preempting,
                     ],
                     ev.kind(),
                 )?;
+                let qkey = j.queue_key();
                 match j.phase {
                     Phase::Submitted => {
                         let order = j.order;
@@ -1014,31 +1369,235 @@ impl State {
                     }
                     _ => self.release(*job),
                 }
+                self.wants_preemption.remove(&qkey);
+                self.reclaim_holds.remove(job);
+                self.release_reservation(*job);
                 self.set_phase(*job, Phase::Cancelled);
                 self.job_mut(*job)?.ended_at = Some(*at);
             }
             Event::JobRequeued {
                 job, lost_gpu_ms, ..
             } => {
-                self.expect_phase(*job, &[Phase::Bound, Phase::Running], ev.kind())?;
-                self.release(*job);
-                self.set_phase(*job, Phase::Queued);
-                let j = self.job_mut(*job)?;
-                j.requeues += 1;
-                j.lost_gpu_ms += lost_gpu_ms;
-                j.started_at = None;
-                let key = j.queue_key();
-                if let Some(t) = j.tenant {
-                    let tenant = &mut self.tenants[t as usize];
-                    tenant.pending.insert(key);
-                    tenant.version += 1;
+                self.expect_phase(
+                    *job,
+                    &[Phase::Bound, Phase::Running, Phase::Preempting],
+                    ev.kind(),
+                )?;
+                self.requeue(*job, Timestamp(0), *lost_gpu_ms)?;
+                self.job_mut(*job)?.requeues += 1;
+            }
+            Event::JobCheckpointed {
+                job,
+                progress_ms,
+                uri,
+                at,
+            } => {
+                let j = self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;
+                if *progress_ms < j.resume_progress_ms
+                    || j.last_checkpoint
+                        .as_ref()
+                        .is_some_and(|c| *progress_ms < c.progress_ms)
+                {
+                    return Err(FieldError::new("progress_ms", "must not go back").into());
                 }
+                let flavor = j.flavor.ok_or(ApplyError::UnknownJob(*job))?;
+                let phase = j.phase;
+                self.forget_preemptible(*job);
+                let j = self.job_mut(*job)?;
+                j.last_checkpoint = Some(Checkpoint {
+                    progress_ms: *progress_ms,
+                    uri: uri.clone(),
+                    at: *at,
+                    flavor,
+                });
+                if phase == Phase::Preempting {
+                    self.preempt_ready.insert(*job);
+                } else {
+                    self.index_preemptible(*job);
+                }
+            }
+            Event::PreemptionPlanned {
+                beneficiary,
+                victims,
+                reserve,
+                at,
+                cause,
+            } => {
+                let b =
+                    self.expect_phase(*beneficiary, &[Phase::Queued, Phase::Admitted], ev.kind())?;
+                if self.plans.contains_key(beneficiary) {
+                    return Err(ApplyError::BadPreemption {
+                        job: *beneficiary,
+                        why: "a preemption is already in flight for it".into(),
+                    });
+                }
+                let b_flavors = b.flavors.clone();
+                let mut seen = BTreeSet::new();
+                for v in victims {
+                    let vj = self.expect_phase(v.job, &[Phase::Running], ev.kind())?;
+                    if !vj.spec.preemptible {
+                        return Err(ApplyError::BadPreemption {
+                            job: v.job,
+                            why: "not preemptible".into(),
+                        });
+                    }
+                    if v.job == *beneficiary || !seen.insert(v.job) {
+                        return Err(ApplyError::BadPreemption {
+                            job: v.job,
+                            why: "listed twice or is the beneficiary".into(),
+                        });
+                    }
+                }
+                if victims.is_empty() {
+                    return Err(ApplyError::BadPreemption {
+                        job: *beneficiary,
+                        why: "no victims".into(),
+                    });
+                }
+                self.check_reservation(*beneficiary, &b_flavors, reserve)?;
+                for v in victims {
+                    self.forget_preemptible(v.job);
+                    self.set_phase(v.job, Phase::Preempting);
+                    self.preempting.insert((v.deadline, v.job));
+                    self.job_mut(v.job)?.preempt = Some((v.deadline, *beneficiary));
+                }
+                self.plans
+                    .insert(*beneficiary, victims.iter().map(|v| v.job).collect());
+                if let PreemptionCause::Reclaim { flavor, .. } = cause {
+                    let c = self
+                        .jobs
+                        .get(beneficiary)
+                        .and_then(|j| j.tenant)
+                        .and_then(|t| self.tenants[t as usize].cohort);
+                    if let (Some(c), Some(f)) = (c, self.flavor(flavor)) {
+                        self.reclaim_holds.insert(*beneficiary, (c, f));
+                    }
+                }
+                if !reserve.is_empty() {
+                    self.reserve(*beneficiary, reserve.clone(), None, *at, true);
+                }
+            }
+            Event::JobPreempted {
+                job,
+                lost_gpu_ms,
+                resume_from,
+                at,
+            } => {
+                let j = self.expect_phase(*job, &[Phase::Preempting], ev.kind())?;
+                if *resume_from != j.resume_from() {
+                    return Err(ApplyError::IncompatibleResume { job: *job });
+                }
+                self.requeue(*job, *at, *lost_gpu_ms)?;
+                let j = self.job_mut(*job)?;
+                j.preempted_at = Some(*at);
+                j.preemptions += 1;
+            }
+            Event::ReservationMade {
+                job,
+                assignments,
+                start,
+                at,
+            } => {
+                let j = self.expect_phase(*job, &[Phase::Admitted], ev.kind())?;
+                let flavors = j.flavor.into_iter().collect::<Vec<_>>();
+                if assignments.is_empty() {
+                    return Err(FieldError::new("assignments", "must not be empty").into());
+                }
+                self.check_reservation(*job, &flavors, assignments)?;
+                self.reserve(*job, assignments.clone(), *start, *at, false);
             }
         }
         Ok(())
     }
 
-    fn check_binding(&self, j: &Job, assignments: &[Assignment]) -> Result<(), ApplyError> {
+    /// Checks that `job` may hold these nodes: present, of an acceptable
+    /// flavor, one flavor, not held for another job.
+    fn check_reservation(
+        &self,
+        job: JobId,
+        flavors: &[FlavorIdx],
+        assignments: &[Assignment],
+    ) -> Result<(), ApplyError> {
+        let bad = |why: String| ApplyError::BadReservation { job, why };
+        let mut flavor = None;
+        let mut seen = BTreeSet::new();
+        for a in assignments {
+            let n = self.node_checked(a.node)?;
+            if !seen.insert(a.node) {
+                return Err(bad(format!("node {} listed twice", a.node)));
+            }
+            if n.status == NodeStatus::Lost {
+                return Err(bad(format!("node {} is lost", a.node)));
+            }
+            if n.reserved_for.is_some_and(|o| o != job) {
+                return Err(bad(format!("node {} is held for another job", a.node)));
+            }
+            if !flavors.contains(&n.flavor) || flavor.is_some_and(|f| f != n.flavor) {
+                return Err(bad(format!("node {} has the wrong flavor", a.node)));
+            }
+            if a.gpus == 0 || a.gpus > n.spec.gpus {
+                return Err(bad(format!("{} GPUs asked on {}", a.gpus, a.node)));
+            }
+            flavor = Some(n.flavor);
+        }
+        Ok(())
+    }
+
+    fn reserve(
+        &mut self,
+        job: JobId,
+        assignments: Vec<Assignment>,
+        start: Option<Timestamp>,
+        at: Timestamp,
+        for_preemption: bool,
+    ) {
+        let backfill = self
+            .reservations
+            .get(&job)
+            .map(|r| r.backfill.clone())
+            .unwrap_or_default();
+        self.release_reservation(job);
+        for a in &assignments {
+            self.nodes[a.node.index()].reserved_for = Some(job);
+            self.refresh_schedulable(a.node);
+        }
+        self.bump_nodes(&assignments);
+        // Backfill still on these nodes stays attached to the reservation.
+        let mut kept = BTreeSet::new();
+        for b in backfill {
+            let on_nodes = self.jobs.get(&b).is_some_and(|j| {
+                j.phase.holds_gpus()
+                    && j.assignments
+                        .iter()
+                        .any(|x| assignments.iter().any(|a| a.node == x.node))
+            });
+            if on_nodes {
+                kept.insert(b);
+                if let Some(j) = self.jobs.get_mut(&b) {
+                    j.backfill_for = Some(job);
+                }
+            }
+        }
+        self.reservations.insert(
+            job,
+            Reservation {
+                assignments,
+                start,
+                made_at: at,
+                for_preemption,
+                stale: false,
+                backfill: kept,
+            },
+        );
+    }
+
+    fn check_binding(
+        &self,
+        j: &Job,
+        assignments: &[Assignment],
+        backfill_for: Option<JobId>,
+        at: Timestamp,
+    ) -> Result<(), ApplyError> {
         let bad = |why: String| ApplyError::BadBinding { job: j.id, why };
         let g = j.spec.gpus_per_worker;
         let total: u64 = assignments.iter().map(|a| a.gpus as u64).sum();
@@ -1067,14 +1626,40 @@ impl State {
                     a.node
                 )));
             }
-            if !self.capacity.is_schedulable(a.node) {
-                return Err(bad(format!("node {} is not schedulable", a.node)));
+            match (n.reserved_for, backfill_for) {
+                _ if n.status != NodeStatus::Ready => {
+                    return Err(bad(format!("node {} is not ready", a.node)));
+                }
+                (Some(owner), _) if owner == j.id => {}
+                (Some(owner), Some(b)) if owner == b => {
+                    let r = self.reservations.get(&owner);
+                    let ends_before = match (r.and_then(|r| r.start), j.spec.max_runtime_s) {
+                        (Some(start), Some(max)) => at.plus_secs(max) <= start,
+                        _ => false,
+                    };
+                    if !(j.spec.preemptible || ends_before) {
+                        return Err(bad(format!(
+                            "backfill on {} must end before job {owner}'s reservation starts or be preemptible",
+                            a.node
+                        )));
+                    }
+                }
+                (Some(owner), _) => {
+                    return Err(bad(format!("node {} is held for job {owner}", a.node)));
+                }
+                (None, Some(_)) => {
+                    return Err(bad(format!(
+                        "backfill onto {}, which is not reserved",
+                        a.node
+                    )));
+                }
+                (None, None) => {}
             }
-            if self.capacity.node_free(a.node) < a.gpus {
+            if self.capacity.node_raw_free(a.node) < a.gpus {
                 return Err(bad(format!(
                     "node {} has {} GPUs free, {} asked",
                     a.node,
-                    self.capacity.node_free(a.node),
+                    self.capacity.node_raw_free(a.node),
                     a.gpus
                 )));
             }
@@ -1139,6 +1724,26 @@ impl State {
                 put(self.flavor_name(f).as_bytes());
             }
             for a in &j.assignments {
+                put(&a.node.0.to_le_bytes());
+                put(&a.gpus.to_le_bytes());
+            }
+            put(&j.resume_progress_ms.to_le_bytes());
+            put(&j.preemptions.to_le_bytes());
+            if let Some(c) = &j.last_checkpoint {
+                put(&c.progress_ms.to_le_bytes());
+                put(c.uri.as_bytes());
+            }
+            if let Some((deadline, b)) = j.preempt {
+                put(&deadline.0.to_le_bytes());
+                put(&b.0.to_le_bytes());
+            }
+            put(&j.backfill_for.map_or(0, |b| b.0 + 1).to_le_bytes());
+        }
+        for (job, r) in &self.reservations {
+            put(&job.0.to_le_bytes());
+            put(&r.start.map_or(u64::MAX, |t| t.0).to_le_bytes());
+            put(&[r.for_preemption as u8]);
+            for a in &r.assignments {
                 put(&a.node.0.to_le_bytes());
                 put(&a.gpus.to_le_bytes());
             }

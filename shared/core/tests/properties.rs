@@ -161,6 +161,7 @@ fn config_gen() -> impl Strategy<Value = CycleConfig> {
             max_heads,
             max_heads_per_tenant,
             max_validations,
+            ..CycleConfig::default()
         },
     )
 }

@@ -326,6 +326,7 @@ fn cordoned_node_receives_no_work_until_uncordoned() {
                 node: n[0],
                 gpus: 8
             }],
+            backfill_for: None,
             at: d.now
         }),
         Err(ApplyError::BadBinding { .. })
@@ -538,6 +539,7 @@ fn illegal_transitions_are_refused_and_change_nothing() {
         .try_apply(Event::JobBound {
             job: queued,
             assignments: split,
+            backfill_for: None,
             at: d.now,
         })
         .expect_err("split gang refused");
@@ -576,6 +578,7 @@ fn illegal_transitions_are_refused_and_change_nothing() {
             d.try_apply(Event::JobBound {
                 job: queued,
                 assignments: bad,
+                backfill_for: None,
                 at: d.now
             }),
             Err(ApplyError::BadBinding { .. })
@@ -600,6 +603,7 @@ fn illegal_transitions_are_refused_and_change_nothing() {
                     gpus: 8,
                 },
             ],
+            backfill_for: None,
             at: d.now,
         })
         .expect_err("double booking refused");
@@ -621,6 +625,7 @@ fn illegal_transitions_are_refused_and_change_nothing() {
                 gpus: 8,
             },
         ],
+        backfill_for: None,
         at: d.now,
     });
     let before = hash_applied(&d);
@@ -663,6 +668,7 @@ fn cycle_scan_is_bounded_by_k_with_a_thousand_pending_jobs() {
         max_heads: 8,
         max_heads_per_tenant: 4,
         max_validations: 4096,
+        ..CycleConfig::default()
     };
     let mut d = Driver::new(cfg);
     d.cluster(2, 2, 4, 8, FLAVOR);
@@ -713,6 +719,7 @@ fn placement_keeps_placing_past_its_per_flavor_depth() {
         max_heads: 8,
         max_heads_per_tenant: 2,
         max_validations: 64,
+        ..CycleConfig::default()
     };
     let mut d = Driver::new(cfg);
     d.cluster(1, 1, 2, 8, FLAVOR);
@@ -822,6 +829,7 @@ fn cancelling_a_blocked_admitted_head_lets_the_job_behind_it_be_placed() {
         max_heads: 8,
         max_heads_per_tenant: 2,
         max_validations: 64,
+        ..CycleConfig::default()
     };
     let mut d = Driver::new(cfg);
     let n = d.cluster(1, 1, 2, 8, FLAVOR);

@@ -194,6 +194,52 @@ impl fmt::Display for RejectReason {
     }
 }
 
+/// Why a preemption was planned.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum PreemptionCause {
+    /// A quota owner reclaims quota lent to borrowers in its cohort.
+    Reclaim {
+        /// The owner's tenant.
+        tenant: String,
+        /// The flavor reclaimed.
+        flavor: String,
+        /// GPUs of lent quota that had to be freed.
+        quota_deficit: Gpus,
+    },
+    /// A higher-priority job of the same tenant evicts lower ones.
+    Priority {
+        /// The tenant.
+        tenant: String,
+        /// The flavor.
+        flavor: String,
+    },
+    /// A reservation's nodes are needed now; preemptible backfill leaves.
+    Reservation,
+}
+
+/// One victim of a planned preemption.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Victim {
+    /// The victim job.
+    pub job: JobId,
+    /// When it is stopped at the latest (it stops earlier on a complete checkpoint).
+    pub deadline: Timestamp,
+    /// Expected GPU-milliseconds of work lost, as costed.
+    pub expected_lost_gpu_ms: u64,
+    /// The cost the planner charged (lost work + restart + thrash penalty).
+    pub cost: u64,
+}
+
+/// A complete checkpoint a job can resume from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CheckpointRef {
+    /// Milliseconds of work it captures.
+    pub progress_ms: u64,
+    /// Where it is stored.
+    pub uri: String,
+}
+
 /// Which part of gpusched may write an event kind (BRIEF §9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -309,6 +355,10 @@ pub enum Event {
         job: JobId,
         /// GPUs per node.
         assignments: Vec<Assignment>,
+        /// Backfilled onto nodes reserved for this job: it either ends before
+        /// the reservation starts or is preemptible and leaves when it does.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backfill_for: Option<JobId>,
         /// When.
         at: Timestamp,
     },
@@ -346,6 +396,55 @@ pub enum Event {
         /// When.
         at: Timestamp,
     },
+    /// The agent reports a complete checkpoint (a partial one is never reported).
+    JobCheckpointed {
+        /// The job.
+        job: JobId,
+        /// Milliseconds of work the checkpoint captures.
+        progress_ms: u64,
+        /// Where it is stored.
+        uri: String,
+        /// When it completed.
+        at: Timestamp,
+    },
+    /// Victims were chosen to make room for a beneficiary; each gets a
+    /// checkpoint request and stops at its deadline or on a complete checkpoint.
+    PreemptionPlanned {
+        /// The job that needs the room.
+        beneficiary: JobId,
+        /// Why.
+        cause: PreemptionCause,
+        /// The victims.
+        victims: Vec<Victim>,
+        /// GPUs held for the beneficiary once the victims are gone (empty when
+        /// only quota, not room, was missing).
+        reserve: Vec<Assignment>,
+        /// When.
+        at: Timestamp,
+    },
+    /// A victim was stopped and requeued; it resumes from `resume_from`.
+    JobPreempted {
+        /// The job.
+        job: JobId,
+        /// GPU-milliseconds of work lost since its last complete checkpoint.
+        lost_gpu_ms: u64,
+        /// The complete checkpoint it will resume from, if any.
+        resume_from: Option<CheckpointRef>,
+        /// When.
+        at: Timestamp,
+    },
+    /// Nodes are held for a blocked job from `start` (when the running jobs'
+    /// declared max runtimes guarantee it; `None`: not guaranteed).
+    ReservationMade {
+        /// The job.
+        job: JobId,
+        /// GPUs held per node.
+        assignments: Vec<Assignment>,
+        /// Guaranteed start, if any.
+        start: Option<Timestamp>,
+        /// When.
+        at: Timestamp,
+    },
 }
 
 impl Event {
@@ -369,7 +468,11 @@ impl Event {
                 _ => Producer::Quota,
             },
             JobBound { .. } => Producer::Placement,
-            JobRequeued { .. } => Producer::Preemption,
+            JobRequeued { .. } | PreemptionPlanned { .. } | JobPreempted { .. } => {
+                Producer::Preemption
+            }
+            JobCheckpointed { .. } => Producer::Agent,
+            ReservationMade { .. } => Producer::Placement,
         }
     }
 
@@ -394,6 +497,10 @@ impl Event {
             JobFinished { .. } => "job_finished",
             JobCancelled { .. } => "job_cancelled",
             JobRequeued { .. } => "job_requeued",
+            JobCheckpointed { .. } => "job_checkpointed",
+            PreemptionPlanned { .. } => "preemption_planned",
+            JobPreempted { .. } => "job_preempted",
+            ReservationMade { .. } => "reservation_made",
         }
     }
 
@@ -410,7 +517,11 @@ impl Event {
             | JobStarted { job, .. }
             | JobFinished { job, .. }
             | JobCancelled { job, .. }
-            | JobRequeued { job, .. } => Some(*job),
+            | JobRequeued { job, .. }
+            | JobCheckpointed { job, .. }
+            | JobPreempted { job, .. }
+            | ReservationMade { job, .. } => Some(*job),
+            PreemptionPlanned { beneficiary, .. } => Some(*beneficiary),
             _ => None,
         }
     }
@@ -428,6 +539,7 @@ mod tests {
                 node: NodeId(3),
                 gpus: 8,
             }],
+            backfill_for: None,
             at: Timestamp(1000),
         };
         let s = serde_json::to_string(&e).unwrap();

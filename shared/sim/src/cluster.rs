@@ -64,6 +64,22 @@ pub struct SchedulerSection {
     pub max_heads_per_tenant: Option<usize>,
     /// Submissions validated per cycle.
     pub max_validations: Option<usize>,
+    /// R: blocked jobs holding a reservation at once (0 disables reservations and backfill).
+    pub reservations: Option<usize>,
+    /// Domains probed when planning one reservation.
+    pub reservation_domains: Option<usize>,
+    /// Seconds a victim gets to checkpoint before it is stopped.
+    pub grace_s: Option<u64>,
+    /// Seconds a job runs before it may be preempted.
+    pub min_runtime_s: Option<u64>,
+    /// W: seconds within which a victim's next checkpoint may be waited for.
+    pub wait_window_s: Option<u64>,
+    /// Restart cost per GPU, seconds.
+    pub restart_cost_s: Option<u64>,
+    /// M: victim sets costed per beneficiary.
+    pub max_victim_sets: Option<usize>,
+    /// Candidate victims looked at per beneficiary.
+    pub max_victim_candidates: Option<usize>,
 }
 
 /// A regular block of identical nodes.
@@ -268,6 +284,29 @@ impl Cluster {
                 .unwrap_or(d.max_heads_per_tenant)
                 .max(1),
             max_validations: s.max_validations.unwrap_or(d.max_validations).max(1),
+            reservations: s.reservations.unwrap_or(d.reservations),
+            reservation_domains: s
+                .reservation_domains
+                .unwrap_or(d.reservation_domains)
+                .max(1),
+            preemption: gpusched_core::PreemptionConfig {
+                grace_ms: s.grace_s.map_or(d.preemption.grace_ms, |x| x * 1000),
+                min_runtime_ms: s
+                    .min_runtime_s
+                    .map_or(d.preemption.min_runtime_ms, |x| x * 1000),
+                wait_window_ms: s
+                    .wait_window_s
+                    .map_or(d.preemption.wait_window_ms, |x| x * 1000),
+                restart_cost_ms: s
+                    .restart_cost_s
+                    .map_or(d.preemption.restart_cost_ms, |x| x * 1000),
+                max_sets: s.max_victim_sets.unwrap_or(d.preemption.max_sets).max(1),
+                max_candidates: s
+                    .max_victim_candidates
+                    .unwrap_or(d.preemption.max_candidates)
+                    .max(1),
+                ..d.preemption
+            },
         };
         Ok(Cluster {
             events,

@@ -10,8 +10,10 @@
 
 use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadKind};
-use gpusched_core::{run_cycle, ApplyError, CycleConfig, Phase, ScanMemo, State};
-use gpusched_events::{Event, Outcome};
+use gpusched_core::{
+    run_cycle_timed, ApplyError, CycleConfig, Phase, ScanMemo, Stage, StageClock, State,
+};
+use gpusched_events::{Event, Outcome, PreemptionCause};
 use gpusched_model::{JobId, Timestamp};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -36,6 +38,32 @@ enum Action {
     Workload(usize),
     /// A job's run ends (valid only for the given start count).
     Finish(JobId, u32),
+    /// A checkpoint of a run completes, capturing this much progress (ms).
+    Checkpoint(JobId, u32, u64),
+    /// Nothing but a cycle is due (a preemption deadline).
+    Wake,
+}
+
+/// Times the preemption stage of each cycle.
+#[derive(Default)]
+struct VictimClock {
+    started: Option<Instant>,
+    last_us: u32,
+}
+
+impl StageClock for VictimClock {
+    fn begin(&mut self, stage: Stage) {
+        if stage == Stage::Preemption {
+            self.started = Some(Instant::now());
+        }
+    }
+    fn end(&mut self, stage: Stage) {
+        if stage == Stage::Preemption {
+            if let Some(t) = self.started.take() {
+                self.last_us = t.elapsed().as_micros().min(u32::MAX as u128) as u32;
+            }
+        }
+    }
 }
 
 /// One cycle's measurements.
@@ -49,6 +77,12 @@ pub struct CycleSample {
     pub domains_probed: u32,
     /// Decisions made.
     pub decisions: u32,
+    /// Wall time of the preemption stage, microseconds.
+    pub victim_us: u32,
+    /// Beneficiaries the preemption stage examined.
+    pub beneficiaries: u32,
+    /// Most victim sets costed for one beneficiary.
+    pub victim_sets: u32,
 }
 
 /// Progress, reported now and then.
@@ -81,6 +115,18 @@ pub struct Measurements {
     pub backlog_capacity_gpu_ms: f64,
     /// Node losses named by the workload that did not match a live node.
     pub unknown_node_losses: u64,
+    /// Victims stopped.
+    pub preemptions: u64,
+    /// GPU·ms of work lost to preemption and node loss.
+    pub lost_gpu_ms: u64,
+    /// Jobs that were beneficiaries of a reclaim.
+    pub reclaim_beneficiaries: Vec<JobId>,
+    /// Jobs bound as backfill on reserved nodes.
+    pub backfilled: u64,
+    /// Reservations made (including re-plans).
+    pub reservations: u64,
+    /// Checkpoints completed.
+    pub checkpoints: u64,
     /// Wall time of the whole run, seconds.
     pub wall_s: f64,
     /// Virtual time at the end.
@@ -187,11 +233,78 @@ impl Simulator {
             at: self.now.0,
             source,
         })?;
+        self.observe(&e);
         self.measurements.events += 1;
         if self.opts.record_events {
             self.log.push(e);
         }
         Ok(())
+    }
+
+    /// Counts what the report needs from every applied event.
+    fn observe(&mut self, e: &Event) {
+        let m = &mut self.measurements;
+        match e {
+            Event::JobPreempted { lost_gpu_ms, .. } => {
+                m.preemptions += 1;
+                m.lost_gpu_ms += lost_gpu_ms;
+            }
+            Event::JobRequeued { lost_gpu_ms, .. } => m.lost_gpu_ms += lost_gpu_ms,
+            Event::JobBound {
+                backfill_for: Some(_),
+                ..
+            } => m.backfilled += 1,
+            Event::ReservationMade { .. } => m.reservations += 1,
+            Event::JobCheckpointed { .. } => m.checkpoints += 1,
+            Event::PreemptionPlanned {
+                beneficiary,
+                cause: PreemptionCause::Reclaim { .. },
+                ..
+            } => m.reclaim_beneficiaries.push(*beneficiary),
+            _ => {}
+        }
+    }
+
+    /// The agent's part after a run starts: its completion and its
+    /// periodic checkpoints (each complete `duration_s` after it starts;
+    /// one the run does not outlive is never reported).
+    fn schedule_run(&mut self, job: JobId) {
+        let Some(j) = self.state.job(job) else { return };
+        let (starts, resume) = (j.starts, j.resume_progress_ms);
+        let total = self.durations.get(&job).copied().unwrap_or(0);
+        let end = self.now.0 + total.saturating_sub(resume);
+        let policy = j.spec.checkpoint;
+        self.push(Timestamp(end), Action::Finish(job, starts));
+        if let Some(c) = policy {
+            let done = self.now.0 + c.interval_s * 1000 + c.duration_s * 1000;
+            if done < end {
+                self.push(
+                    Timestamp(done),
+                    Action::Checkpoint(job, starts, resume + c.interval_s * 1000),
+                );
+            }
+        }
+    }
+
+    /// The agent's part when victims are chosen: a checkpoint request each
+    /// checkpointable victim honours if it can complete one by its deadline,
+    /// and a cycle at every deadline.
+    fn on_preemption_planned(&mut self, victims: &[gpusched_events::Victim]) {
+        for v in victims {
+            self.push(v.deadline, Action::Wake);
+            let Some(j) = self.state.job(v.job) else {
+                continue;
+            };
+            let (Some(c), Some(started)) = (j.spec.checkpoint, j.started_at) else {
+                continue;
+            };
+            let done = self.now.0 + c.duration_s * 1000;
+            if done <= v.deadline.0 {
+                let progress = j.resume_progress_ms + self.now.millis_since(started);
+                let starts = j.starts;
+                self.push(Timestamp(done), Action::Checkpoint(v.job, starts, progress));
+            }
+        }
     }
 
     fn advance_to(&mut self, t: Timestamp) {
@@ -246,11 +359,51 @@ impl Simulator {
                     }
                 }
             }
+            Action::Wake => {}
+            Action::Checkpoint(job, starts, progress) => {
+                let live = self.state.job(job).filter(|j| {
+                    matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
+                });
+                let Some(j) = live else { return Ok(()) };
+                // A checkpoint older than one already reported adds nothing.
+                if j.last_checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.progress_ms >= progress)
+                {
+                    return Ok(());
+                }
+                let (phase, policy, started, resume) = (
+                    j.phase,
+                    j.spec.checkpoint,
+                    j.started_at,
+                    j.resume_progress_ms,
+                );
+                self.apply(Event::JobCheckpointed {
+                    job,
+                    progress_ms: progress,
+                    uri: format!("ckpt://job-{}/{}", job.0, progress),
+                    at: self.now,
+                })?;
+                // The next periodic checkpoint of this run.
+                if let (Phase::Running, Some(c), Some(started)) = (phase, policy, started) {
+                    let interval = (c.interval_s * 1000).max(1);
+                    let ran = progress - resume;
+                    let next_ran = (ran / interval + 1) * interval;
+                    let done = started.0 + next_ran + c.duration_s * 1000;
+                    let total = self.durations.get(&job).copied().unwrap_or(0);
+                    let end = started.0 + total.saturating_sub(resume);
+                    if done < end {
+                        self.push(
+                            Timestamp(done),
+                            Action::Checkpoint(job, starts, resume + next_ran),
+                        );
+                    }
+                }
+            }
             Action::Finish(job, starts) => {
-                let running = self
-                    .state
-                    .job(job)
-                    .is_some_and(|j| j.phase == Phase::Running && j.starts == starts);
+                let running = self.state.job(job).is_some_and(|j| {
+                    matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
+                });
                 if running {
                     self.apply(Event::JobFinished {
                         job,
@@ -268,11 +421,18 @@ impl Simulator {
         // something: a bounded cycle leaves the rest for the next one.
         for _ in 0..100_000 {
             let started = Instant::now();
-            let out = run_cycle(&mut self.state, &mut self.memo, &self.opts.cycle, self.now)
-                .map_err(|source| SimError {
-                    at: self.now.0,
-                    source,
-                })?;
+            let mut clock = VictimClock::default();
+            let out = run_cycle_timed(
+                &mut self.state,
+                &mut self.memo,
+                &self.opts.cycle,
+                self.now,
+                &mut clock,
+            )
+            .map_err(|source| SimError {
+                at: self.now.0,
+                source,
+            })?;
             let elapsed = started.elapsed();
             let s = out.stats;
             self.measurements.cycles.push(CycleSample {
@@ -280,11 +440,15 @@ impl Simulator {
                 heads_examined: s.heads_examined() as u32,
                 domains_probed: s.domains_probed as u32,
                 decisions: s.decisions as u32,
+                victim_us: clock.last_us,
+                beneficiaries: s.beneficiaries as u32,
+                victim_sets: s.victim_sets_costed as u32,
             });
             self.measurements.decisions += s.decisions;
             self.measurements.events += out.events.len() as u64;
             let mut starts = Vec::new();
             for e in out.events {
+                self.observe(&e);
                 match &e {
                     Event::JobBound {
                         job, assignments, ..
@@ -292,9 +456,12 @@ impl Simulator {
                         self.used_gpus += assignments.iter().map(|a| a.gpus as u64).sum::<u64>();
                         starts.push(*job);
                     }
-                    Event::JobRequeued { job, .. } => {
+                    Event::JobRequeued { job, .. } | Event::JobPreempted { job, .. } => {
                         let total = self.state.job(*job).map_or(0, |j| j.spec.total_gpus());
                         self.used_gpus -= total as u64;
+                    }
+                    Event::PreemptionPlanned { victims, .. } => {
+                        self.on_preemption_planned(victims);
                     }
                     _ => {}
                 }
@@ -305,9 +472,7 @@ impl Simulator {
             // The agents start what was bound.
             for job in starts {
                 self.apply(Event::JobStarted { job, at: self.now })?;
-                let n = self.state.job(job).map_or(0, |j| j.starts);
-                let d = self.durations.get(&job).copied().unwrap_or(0);
-                self.push(Timestamp(self.now.0 + d), Action::Finish(job, n));
+                self.schedule_run(job);
             }
             if s.decisions == 0 {
                 break;

@@ -10,6 +10,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod report;
+pub mod scenario;
 pub mod workload;
 
 pub use cluster::Cluster;

@@ -83,6 +83,19 @@ pub struct Jct {
     pub p99: f64,
 }
 
+/// Cost of the bounded victim search.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VictimSearch {
+    /// Cycles in which the preemption stage looked for victims.
+    pub searches: usize,
+    /// 99th percentile wall time of the preemption stage in those cycles, µs.
+    pub p99_us: f64,
+    /// Slowest, µs.
+    pub max_us: f64,
+    /// Most victim sets costed for one beneficiary.
+    pub max_sets_costed: u32,
+}
+
 /// One tenant's figures.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TenantReport {
@@ -133,6 +146,23 @@ pub struct Report {
     pub cycle: CycleReport,
     /// Per tenant.
     pub tenants: BTreeMap<String, TenantReport>,
+    /// Victims stopped.
+    pub preemptions: u64,
+    /// GPU-hours of work lost to preemption and node loss (since each
+    /// victim's last complete checkpoint).
+    pub lost_gpu_hours: f64,
+    /// Complete checkpoints reported.
+    pub checkpoints: u64,
+    /// Submit → start of jobs that reclaimed lent quota, seconds.
+    pub reclaim_latency_s: Percentiles,
+    /// Submit → first start of jobs of 32 GPUs or more, seconds.
+    pub big_gang_wait_s: Percentiles,
+    /// Jobs backfilled onto reserved nodes.
+    pub backfilled_jobs: u64,
+    /// Reservations made (re-plans included).
+    pub reservations: u64,
+    /// Victim search cost.
+    pub victim_search: VictimSearch,
     /// Replay of the recorded log gave the same hash (when checked).
     pub replay_hash_matches: Option<bool>,
 }
@@ -172,6 +202,34 @@ impl Report {
             }
         }
         let jct = Percentiles::of(jcts);
+        let mut big = Vec::new();
+        for id in 1..=state.job_count() as u64 {
+            if let Some(j) = state.job(gpusched_model::JobId(id)) {
+                if j.spec.total_gpus() >= 32 {
+                    if let Some(s) = j.first_started_at {
+                        big.push(s.millis_since(j.submitted_at) as f64 / 1000.0);
+                    }
+                }
+            }
+        }
+        let mut reclaimers = m.reclaim_beneficiaries.clone();
+        reclaimers.sort_unstable();
+        reclaimers.dedup();
+        let reclaim: Vec<f64> = reclaimers
+            .iter()
+            .filter_map(|id| state.job(*id))
+            .filter_map(|j| {
+                j.first_started_at
+                    .map(|s| s.millis_since(j.submitted_at) as f64 / 1000.0)
+            })
+            .collect();
+        let mut victim_us: Vec<f64> = m
+            .cycles
+            .iter()
+            .filter(|c| c.beneficiaries > 0)
+            .map(|c| c.victim_us as f64)
+            .collect();
+        victim_us.sort_by(|a, b| a.total_cmp(b));
         let mut us: Vec<f64> = m.cycles.iter().map(|c| c.elapsed_us as f64).collect();
         us.sort_by(|a, b| a.total_cmp(b));
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
@@ -218,6 +276,19 @@ impl Report {
                     (name, r)
                 })
                 .collect(),
+            preemptions: m.preemptions,
+            lost_gpu_hours: m.lost_gpu_ms as f64 / 3_600_000.0,
+            checkpoints: m.checkpoints,
+            reclaim_latency_s: Percentiles::of(reclaim),
+            big_gang_wait_s: Percentiles::of(big),
+            backfilled_jobs: m.backfilled,
+            reservations: m.reservations,
+            victim_search: VictimSearch {
+                searches: victim_us.len(),
+                p99_us: pct(&victim_us, 0.99),
+                max_us: victim_us.last().copied().unwrap_or(0.0),
+                max_sets_costed: m.cycles.iter().map(|c| c.victim_sets).max().unwrap_or(0),
+            },
             replay_hash_matches: None,
         }
     }
@@ -258,6 +329,32 @@ impl Report {
             s,
             "  completion     p50 {:.0} s, p99 {:.0} s",
             self.jct_s.p50, self.jct_s.p99
+        );
+        let _ = writeln!(
+            s,
+            "  preemption     {} victims stopped, {:.1} GPU-hours lost, {} checkpoints; reclaim latency p50 {:.0} s, p99 {:.0} s, max {:.0} s",
+            self.preemptions,
+            self.lost_gpu_hours,
+            self.checkpoints,
+            self.reclaim_latency_s.p50,
+            self.reclaim_latency_s.p99,
+            self.reclaim_latency_s.max
+        );
+        let _ = writeln!(
+            s,
+            "  victim search  {} searches; p99 {:.0} µs, max {:.0} µs; at most {} sets costed",
+            self.victim_search.searches,
+            self.victim_search.p99_us,
+            self.victim_search.max_us,
+            self.victim_search.max_sets_costed
+        );
+        let _ = writeln!(
+            s,
+            "  reservations   {} made, {} jobs backfilled; gangs ≥ 32 GPUs waited p99 {:.0} s, max {:.0} s",
+            self.reservations,
+            self.backfilled_jobs,
+            self.big_gang_wait_s.p99,
+            self.big_gang_wait_s.max
         );
         let _ = writeln!(s);
         let _ = writeln!(

@@ -345,6 +345,7 @@ impl Driver {
                 .iter()
                 .map(|&(node, gpus)| Assignment { node, gpus })
                 .collect(),
+            backfill_for: None,
             at: self.now,
         });
         self.apply(Event::JobStarted {

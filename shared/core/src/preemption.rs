@@ -1,0 +1,801 @@
+//! Preemption: bounded, checkpoint-aware victim choice and the eviction
+//! protocol.
+//!
+//! Owns: (1) finishing preemptions — a victim stops when it reports a
+//! complete checkpoint or at its deadline, and resumes only from its last
+//! complete checkpoint; (2) evicting preemptible backfill when a
+//! reservation's nodes are needed; (3) planning victims for a beneficiary:
+//! a quota owner reclaiming lent quota from borrowers in its cohort
+//! (reclaim), or a higher-priority job evicting lower ones of its own tenant
+//! (priority preemption). Victims come only from an index of preemptible
+//! running jobs ordered by unsaved work; at most `max_candidates` are looked
+//! at and at most `max_sets` victim sets costed per beneficiary.
+//!
+//! Cost of a victim = GPUs × (now − last complete checkpoint, or run
+//! start), plus GPUs × restart cost, plus GPUs × a thrash penalty if it was
+//! preempted recently. A checkpointable victim is given the time to complete
+//! a checkpoint when one fits in `max_checkpoint_grace_ms`, and is then
+//! costed at the work of that checkpoint plus the beneficiary's extra wait.
+//! The cheapest set that frees what the beneficiary needs in one domain wins;
+//! a minimality pass drops any victim the set can do without. With
+//! `VictimOrder::Kueue` the same search orders candidates as Kueue does
+//! (lower priority first, most recently started first) as a baseline.
+//!
+//! Must never: preempt a non-preemptible job, preempt for a reclaim a job of
+//! a tenant within its nominal quota, or allocate GPUs (placement binds the
+//! beneficiary once the victims' GPUs are released).
+
+use crate::capacity::{DomainIdx, FlavorIdx};
+use crate::cycle::{CycleConfig, ScanMemo};
+use crate::quota::{self, QuotaOverlay};
+use crate::state::{Job, Phase, State, TenantIdx};
+use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
+use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// How victims are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum VictimOrder {
+    /// Least cost (work lost since the last complete checkpoint) first.
+    #[default]
+    Checkpoint,
+    /// Kueue's documented order: lower priority first, then most recently
+    /// admitted first; remove greedily until it fits, then add back.
+    Kueue,
+}
+
+/// Limits and costs of preemption.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreemptionConfig {
+    /// Grace a victim gets before it is stopped, ms.
+    pub grace_ms: u64,
+    /// A checkpointable victim whose checkpoint takes at most this long gets
+    /// the time to complete one (its checkpoint duration + 5 s), ms.
+    pub max_checkpoint_grace_ms: u64,
+    /// Cost of restarting, per GPU, ms.
+    pub restart_cost_ms: u64,
+    /// A victim preempted within this window costs `thrash_penalty_ms` more per GPU.
+    pub thrash_window_ms: u64,
+    /// Extra cost per GPU of preempting a recently preempted job, ms.
+    pub thrash_penalty_ms: u64,
+    /// A job runs at least this long before it may be preempted, ms.
+    pub min_runtime_ms: u64,
+    /// W: a victim whose next checkpoint completes within this window may
+    /// be stopped right after it instead of now, when that costs less.
+    pub wait_window_ms: u64,
+    /// M: victim sets costed per beneficiary.
+    pub max_sets: usize,
+    /// Candidate victims looked at per beneficiary.
+    pub max_candidates: usize,
+    /// Beneficiaries examined per cycle.
+    pub max_beneficiaries: usize,
+    /// Victim ordering.
+    pub order: VictimOrder,
+}
+
+impl Default for PreemptionConfig {
+    fn default() -> Self {
+        PreemptionConfig {
+            grace_ms: 30_000,
+            max_checkpoint_grace_ms: 300_000,
+            restart_cost_ms: 60_000,
+            thrash_window_ms: 3_600_000,
+            thrash_penalty_ms: 600_000,
+            min_runtime_ms: 60_000,
+            wait_window_ms: 30_000,
+            max_sets: 16,
+            max_candidates: 512,
+            max_beneficiaries: 8,
+            order: VictimOrder::Checkpoint,
+        }
+    }
+}
+
+/// What a preemption pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreemptionStats {
+    /// Beneficiaries examined.
+    pub beneficiaries: u64,
+    /// Candidate victims looked at.
+    pub candidates: u64,
+    /// Victim sets costed (the most for one beneficiary).
+    pub max_sets_costed: u64,
+    /// Preemptions planned.
+    pub planned: u64,
+    /// Victims stopped.
+    pub preempted: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Cand {
+    job: JobId,
+    tenant: TenantIdx,
+    gpus: Gpus,
+    cost: u64,
+    lost: u64,
+    deadline: Timestamp,
+    kueue_rank: (i32, std::cmp::Reverse<Timestamp>),
+    nodes: Vec<Assignment>,
+}
+
+fn next_checkpoint_done(job: &Job, now: Timestamp) -> Option<Timestamp> {
+    let c = job.spec.checkpoint?;
+    let start = job.started_at?;
+    let (interval, dur) = (c.interval_s * 1000, c.duration_s * 1000);
+    if interval == 0 {
+        return None;
+    }
+    let ran = now.millis_since(start);
+    // Periodic checkpoints start at start + k·interval and complete `dur` later.
+    let mut k = ran / interval;
+    loop {
+        let done = start.0 + k * interval + dur;
+        if k >= 1 && done > now.0 {
+            return Some(Timestamp(done));
+        }
+        k += 1;
+        if k > ran / interval + 2 {
+            return None;
+        }
+    }
+}
+
+fn costed(state: &State, cfg: &CycleConfig, job: &Job, now: Timestamp, need_gpus: Gpus) -> Cand {
+    let p = &cfg.preemption;
+    let gpus = job.spec.total_gpus() as u64;
+    let restart = gpus * p.restart_cost_ms;
+    let thrash = match job.preempted_at {
+        Some(t) if now.millis_since(t) < p.thrash_window_ms => gpus * p.thrash_penalty_ms,
+        _ => 0,
+    };
+    let lost_now = gpus * job.unsaved_ms(now);
+    // The grace the victim gets: enough to complete a checkpoint when it
+    // checkpoints and one fits in `max_checkpoint_grace_ms`.
+    let ckpt_ms = job
+        .spec
+        .checkpoint
+        .map(|c| c.duration_s * 1000)
+        .filter(|&d| d <= p.max_checkpoint_grace_ms);
+    let grace = ckpt_ms.map_or(p.grace_ms, |d| (d + 5_000).max(p.grace_ms));
+    let mut cand = Cand {
+        job: job.id,
+        tenant: job.tenant.unwrap_or(0),
+        gpus: job.spec.total_gpus(),
+        cost: lost_now + restart + thrash,
+        lost: lost_now,
+        deadline: Timestamp(now.0 + grace),
+        kueue_rank: (
+            job.spec.priority,
+            std::cmp::Reverse(job.started_at.unwrap_or_default()),
+        ),
+        nodes: job.assignments.clone(),
+    };
+    if p.order == VictimOrder::Checkpoint {
+        // Asked to checkpoint now, it loses only what it does meanwhile;
+        // the beneficiary waits for it beyond the base grace.
+        if let Some(d) = ckpt_ms {
+            let lost = (gpus * d).min(lost_now);
+            let delay = (d + 5_000).saturating_sub(p.grace_ms);
+            let cost = lost + restart + thrash + need_gpus as u64 * delay;
+            if cost < cand.cost {
+                cand.cost = cost;
+                cand.lost = lost;
+            }
+        }
+        if let (Some(done), Some(c)) = (next_checkpoint_done(job, now), job.spec.checkpoint) {
+            if done.millis_since(now) <= p.wait_window_ms {
+                let lost_wait = gpus * c.duration_s * 1000;
+                let delay = done.millis_since(now).saturating_sub(p.grace_ms);
+                let cost_wait = lost_wait + restart + thrash + need_gpus as u64 * delay;
+                if cost_wait < cand.cost {
+                    cand.cost = cost_wait;
+                    cand.lost = lost_wait;
+                    cand.deadline = Timestamp((done.0 + 1_000).max(now.0 + grace));
+                }
+            }
+        }
+    }
+    let _ = state;
+    cand
+}
+
+/// What a beneficiary needs freed.
+struct Need {
+    flavor: FlavorIdx,
+    level: u8,
+    workers: u32,
+    g: Gpus,
+    /// GPUs of quota to free (lent quota for a reclaim, own for priority).
+    quota: Gpus,
+    /// Per candidate tenant: GPUs it may lose before it would drop to its
+    /// nominal quota (reclaim), or unlimited (priority).
+    cause: PreemptionCause,
+}
+
+struct Plan {
+    victims: Vec<Cand>,
+    reserve: Vec<Assignment>,
+    cost: u64,
+}
+
+/// Runs the preemption stage at `now`.
+pub fn decide(
+    state: &State,
+    memo: &mut ScanMemo,
+    cfg: &CycleConfig,
+    now: Timestamp,
+) -> (Vec<Event>, PreemptionStats) {
+    let mut stats = PreemptionStats::default();
+    let mut events = Vec::new();
+    // 1. Victims that checkpointed or whose deadline passed stop now.
+    let mut done: Vec<JobId> = state.preempt_ready().collect();
+    done.extend(
+        state
+            .preempting()
+            .take_while(|(deadline, _)| *deadline <= now)
+            .map(|(_, j)| j),
+    );
+    done.sort_unstable();
+    done.dedup();
+    for id in done {
+        let Some(job) = state.job(id) else { continue };
+        if job.phase != Phase::Preempting {
+            continue;
+        }
+        events.push(Event::JobPreempted {
+            job: id,
+            lost_gpu_ms: job.spec.total_gpus() as u64 * job.unsaved_ms(now),
+            resume_from: job.resume_from(),
+            at: now,
+        });
+        stats.preempted += 1;
+    }
+    // 2. Preemptible backfill leaves reservations whose nodes are needed.
+    let mut planned_for: FxHashSet<JobId> = FxHashSet::default();
+    let mut taken: FxHashSet<JobId> = FxHashSet::default();
+    for (&owner, r) in state.reservations() {
+        if r.for_preemption || r.backfill.is_empty() || state.plan(owner).is_some() {
+            continue;
+        }
+        if state.job(owner).map(|j| j.phase) != Some(Phase::Admitted) {
+            continue;
+        }
+        if let Some(victims) = backfill_to_evict(state, cfg, owner, now) {
+            stats.planned += 1;
+            planned_for.insert(owner);
+            taken.extend(victims.iter().map(|v| v.job));
+            events.push(Event::PreemptionPlanned {
+                beneficiary: owner,
+                cause: PreemptionCause::Reservation,
+                victims,
+                reserve: Vec::new(),
+                at: now,
+            });
+        }
+    }
+    // 3. Beneficiaries: reclaim and priority preemption.
+    let mut flavors_planned: FxHashSet<FlavorIdx> = FxHashSet::default();
+    for id in state.wants_preemption() {
+        if stats.beneficiaries as usize >= cfg.preemption.max_beneficiaries {
+            break;
+        }
+        if state.plan(id).is_some() || planned_for.contains(&id) {
+            continue;
+        }
+        let Some(job) = state.job(id) else { continue };
+        let Some(need) = need_of(state, job) else {
+            continue;
+        };
+        let stamp = (
+            state.running_version(),
+            state.capacity_version(need.flavor),
+            job.tenant
+                .and_then(|t| state.tenant(t).cohort)
+                .map_or(0, |c| state.cohort(c).version),
+        );
+        if memo.preempt_failed.get(&id) == Some(&stamp) {
+            continue;
+        }
+        if flavors_planned.contains(&need.flavor) {
+            continue;
+        }
+        stats.beneficiaries += 1;
+        let mut sets = 0u64;
+        // Set when a candidate was passed over only for being too young: the
+        // failure is then not remembered, as time alone may cure it.
+        let mut young = false;
+        match plan(
+            state,
+            cfg,
+            job,
+            &need,
+            now,
+            &taken,
+            &mut stats.candidates,
+            &mut sets,
+            &mut young,
+        ) {
+            Some(p) => {
+                stats.planned += 1;
+                flavors_planned.insert(need.flavor);
+                taken.extend(p.victims.iter().map(|v| v.job));
+                events.push(Event::PreemptionPlanned {
+                    beneficiary: id,
+                    cause: need.cause.clone(),
+                    victims: p
+                        .victims
+                        .iter()
+                        .map(|c| Victim {
+                            job: c.job,
+                            deadline: c.deadline,
+                            expected_lost_gpu_ms: c.lost,
+                            cost: c.cost,
+                        })
+                        .collect(),
+                    reserve: p.reserve,
+                    at: now,
+                });
+                let _ = p.cost;
+            }
+            None if !young => {
+                memo.preempt_failed.insert(id, stamp);
+            }
+            None => {}
+        }
+        stats.max_sets_costed = stats.max_sets_costed.max(sets);
+    }
+    (events, stats)
+}
+
+/// What a waiting job needs freed, if preemption may help it.
+fn need_of(state: &State, job: &Job) -> Option<Need> {
+    let t = job.tenant?;
+    let tenant = state.tenant(t);
+    let ov = QuotaOverlay::default();
+    let (workers, g, level) = (job.spec.workers, job.spec.gpus_per_worker, job.level);
+    match job.phase {
+        Phase::Queued => {
+            let need = job.spec.total_gpus();
+            for &f in &job.flavors {
+                let Some(q) = tenant.quota(f) else { continue };
+                match quota::check(state, &ov, t, f, need) {
+                    Ok(_) => return None,
+                    Err(quota::Blocked::Cohort { lendable_left, .. }) => {
+                        // Reclaim: the owner's job fits its own nominal quota.
+                        let used = tenant.used(f);
+                        if used + need <= q.nominal {
+                            let draw = tenant.pool_draw(f, used + need) - tenant.pool_draw(f, used);
+                            return Some(Need {
+                                flavor: f,
+                                level,
+                                workers,
+                                g,
+                                quota: draw.saturating_sub(lendable_left),
+                                cause: PreemptionCause::Reclaim {
+                                    tenant: tenant.spec.name.clone(),
+                                    flavor: state.flavor_name(f).to_string(),
+                                    quota_deficit: draw.saturating_sub(lendable_left),
+                                },
+                            });
+                        }
+                    }
+                    Err(quota::Blocked::Quota {
+                        used,
+                        nominal,
+                        borrowable,
+                        ..
+                    }) => {
+                        if tenant.spec.priority_preemption {
+                            let limit = nominal.saturating_add(borrowable).max(used);
+                            return Some(Need {
+                                flavor: f,
+                                level,
+                                workers,
+                                g,
+                                quota: (used + need).saturating_sub(limit),
+                                cause: PreemptionCause::Priority {
+                                    tenant: tenant.spec.name.clone(),
+                                    flavor: state.flavor_name(f).to_string(),
+                                },
+                            });
+                        }
+                    }
+                }
+            }
+            None
+        }
+        Phase::Admitted if tenant.spec.priority_preemption => {
+            let f = job.flavor?;
+            Some(Need {
+                flavor: f,
+                level,
+                workers,
+                g,
+                quota: 0,
+                cause: PreemptionCause::Priority {
+                    tenant: tenant.spec.name.clone(),
+                    flavor: state.flavor_name(f).to_string(),
+                },
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The candidates a beneficiary may take from, bounded.
+#[allow(clippy::too_many_arguments)]
+fn candidates(
+    state: &State,
+    cfg: &CycleConfig,
+    job: &Job,
+    need: &Need,
+    now: Timestamp,
+    taken: &FxHashSet<JobId>,
+    looked: &mut u64,
+    young: &mut bool,
+) -> (Vec<Cand>, FxHashMap<TenantIdx, Gpus>) {
+    let p = &cfg.preemption;
+    let mut out = Vec::new();
+    // Per tenant: GPUs it may give up (reclaim: its usage above nominal).
+    let mut slack: FxHashMap<TenantIdx, Gpus> = FxHashMap::default();
+    let Some(t) = job.tenant else {
+        return (out, slack);
+    };
+    let f = need.flavor;
+    let tenants: Vec<TenantIdx> = match &need.cause {
+        PreemptionCause::Reclaim { .. } => {
+            let Some(c) = state.tenant(t).cohort else {
+                return (out, slack);
+            };
+            state
+                .cohort(c)
+                .members
+                .iter()
+                .copied()
+                .filter(|&u| u != t)
+                .filter(|&u| {
+                    let tu = state.tenant(u);
+                    tu.used(f) > tu.quota(f).map_or(0, |q| q.nominal)
+                })
+                .collect()
+        }
+        _ => vec![t],
+    };
+    if tenants.is_empty() {
+        return (out, slack);
+    }
+    let per_tenant = (p.max_candidates / tenants.len()).max(1);
+    for u in tenants {
+        let tu = state.tenant(u);
+        let over = tu
+            .used(f)
+            .saturating_sub(tu.quota(f).map_or(0, |q| q.nominal));
+        slack.insert(
+            u,
+            match need.cause {
+                PreemptionCause::Reclaim { .. } => over,
+                _ => Gpus::MAX,
+            },
+        );
+        let mut n = 0;
+        for id in state.victim_candidates(u, f) {
+            if n >= per_tenant {
+                break;
+            }
+            *looked += 1;
+            let Some(v) = state.job(id) else { continue };
+            if taken.contains(&id) || !v.spec.preemptible {
+                continue;
+            }
+            if v.started_at
+                .is_none_or(|s| now.millis_since(s) < p.min_runtime_ms)
+            {
+                *young = true;
+                continue;
+            }
+            if matches!(need.cause, PreemptionCause::Priority { .. })
+                && v.spec.priority >= job.spec.priority
+            {
+                continue;
+            }
+            n += 1;
+            out.push(costed(state, cfg, v, now, job.spec.total_gpus()));
+        }
+    }
+    match p.order {
+        VictimOrder::Checkpoint => out.sort_by(|a, b| {
+            // Cheapest per GPU first.
+            (a.cost as u128 * b.gpus as u128)
+                .cmp(&(b.cost as u128 * a.gpus as u128))
+                .then(a.job.cmp(&b.job))
+        }),
+        VictimOrder::Kueue => {
+            out.sort_by(|a, b| a.kueue_rank.cmp(&b.kueue_rank).then(a.job.cmp(&b.job)))
+        }
+    }
+    (out, slack)
+}
+
+/// Freed GPUs per node in a domain at a level, from chosen victims.
+fn freed_in(
+    state: &State,
+    d: Option<DomainIdx>,
+    level: u8,
+    cands: &[Cand],
+    chosen: &[usize],
+) -> FxHashMap<NodeId, Gpus> {
+    let mut m: FxHashMap<NodeId, Gpus> = FxHashMap::default();
+    for &i in chosen {
+        for a in &cands[i].nodes {
+            if d.is_some() && state.capacity().node_domain(a.node, level) != d {
+                continue;
+            }
+            *m.entry(a.node).or_default() += a.gpus;
+        }
+    }
+    m
+}
+
+/// Whether the beneficiary fits in domain `d` once `chosen` are gone.
+fn fits_after(state: &State, d: DomainIdx, need: &Need, cands: &[Cand], chosen: &[usize]) -> bool {
+    let cap = state.capacity();
+    let freed = freed_in(state, Some(d), need.level, cands, chosen);
+    let overrides: Vec<(NodeId, Gpus, Gpus)> = freed
+        .iter()
+        .filter(|(n, _)| cap.is_schedulable(**n))
+        .map(|(&n, &f)| (n, cap.node_free(n), cap.node_free(n) + f))
+        .collect();
+    cap.domain_slots_with(d, need.g, &overrides) >= need.workers as u64
+}
+
+/// Quota freed by a set of victims, counting only what each victim's
+/// tenant may give up.
+fn quota_freed(cands: &[Cand], chosen: &[usize], slack: &FxHashMap<TenantIdx, Gpus>) -> Gpus {
+    let mut by_tenant: FxHashMap<TenantIdx, Gpus> = FxHashMap::default();
+    for &i in chosen {
+        *by_tenant.entry(cands[i].tenant).or_default() += cands[i].gpus;
+    }
+    by_tenant
+        .iter()
+        .map(|(t, g)| (*g).min(slack.get(t).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// A victim may be added only while its tenant still has slack (reclaim:
+/// still borrows; priority: always).
+fn may_add(cands: &[Cand], i: usize, chosen: &[usize], slack: &FxHashMap<TenantIdx, Gpus>) -> bool {
+    let t = cands[i].tenant;
+    let given: Gpus = chosen
+        .iter()
+        .filter(|&&x| cands[x].tenant == t)
+        .map(|&x| cands[x].gpus)
+        .sum();
+    given < slack.get(&t).copied().unwrap_or(0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    state: &State,
+    cfg: &CycleConfig,
+    job: &Job,
+    need: &Need,
+    now: Timestamp,
+    taken: &FxHashSet<JobId>,
+    looked: &mut u64,
+    sets: &mut u64,
+    young: &mut bool,
+) -> Option<Plan> {
+    let (cands, slack) = candidates(state, cfg, job, need, now, taken, looked, young);
+    if cands.is_empty() {
+        return None;
+    }
+    let cap = state.capacity();
+    let mut probes = 0;
+    let fits_now = cap
+        .find_domain(
+            &Default::default(),
+            need.flavor,
+            need.level,
+            need.workers,
+            need.g,
+            &mut probes,
+        )
+        .is_some();
+    let satisfied = |chosen: &[usize], d: Option<DomainIdx>| -> bool {
+        quota_freed(&cands, chosen, &slack) >= need.quota
+            && d.is_none_or(|d| fits_after(state, d, need, &cands, chosen))
+    };
+    // Add back: drop victims, most recently added first, while the rest still suffices.
+    let minimal = |mut chosen: Vec<usize>, d: Option<DomainIdx>| -> Vec<usize> {
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            if satisfied(&without, d) {
+                chosen = without;
+            }
+        }
+        chosen
+    };
+    let key_of = |chosen: &[usize]| -> u64 {
+        match cfg.preemption.order {
+            VictimOrder::Checkpoint => chosen.iter().map(|&i| cands[i].cost).sum(),
+            VictimOrder::Kueue => chosen.len() as u64,
+        }
+    };
+    let mut best: Option<(u64, Vec<usize>, Option<DomainIdx>)> = None;
+    if fits_now {
+        // Room exists; only quota is missing.
+        if need.quota == 0 {
+            return None;
+        }
+        let mut chosen: Vec<usize> = Vec::new();
+        for i in 0..cands.len() {
+            if satisfied(&chosen, None) {
+                break;
+            }
+            if may_add(&cands, i, &chosen, &slack) {
+                chosen.push(i);
+            }
+        }
+        *sets += 1;
+        if satisfied(&chosen, None) {
+            let chosen = minimal(chosen, None);
+            best = Some((key_of(&chosen), chosen, None));
+        }
+    } else {
+        // Domains holding candidates, most potential room first.
+        let mut potential: FxHashMap<DomainIdx, u64> = FxHashMap::default();
+        for c in &cands {
+            for a in &c.nodes {
+                if let Some(d) = cap.node_domain(a.node, need.level) {
+                    if cap.is_schedulable(a.node) {
+                        *potential.entry(d).or_default() += a.gpus as u64;
+                    }
+                }
+            }
+        }
+        let mut doms: Vec<(u64, DomainIdx)> = potential
+            .into_iter()
+            .map(|(d, p)| (p + cap.domain(d).free as u64, d))
+            .filter(|&(p, _)| p >= need.workers as u64 * need.g as u64)
+            .collect();
+        doms.sort_unstable_by(|a, b| b.cmp(a));
+        for &(_, d) in doms.iter().take(cfg.preemption.max_sets) {
+            *sets += 1;
+            let mut chosen: Vec<usize> = Vec::new();
+            // In-domain victims first, in order, until it fits …
+            for i in 0..cands.len() {
+                if fits_after(state, d, need, &cands, &chosen) {
+                    break;
+                }
+                let inside = cands[i]
+                    .nodes
+                    .iter()
+                    .any(|a| cap.node_domain(a.node, need.level) == Some(d));
+                if inside && may_add(&cands, i, &chosen, &slack) {
+                    chosen.push(i);
+                }
+            }
+            // … then any victims still needed to free quota.
+            for i in 0..cands.len() {
+                if quota_freed(&cands, &chosen, &slack) >= need.quota {
+                    break;
+                }
+                if !chosen.contains(&i) && may_add(&cands, i, &chosen, &slack) {
+                    chosen.push(i);
+                }
+            }
+            if satisfied(&chosen, Some(d)) {
+                let chosen = minimal(chosen, Some(d));
+                let key = key_of(&chosen);
+                if best.as_ref().is_none_or(|b| key < b.0) {
+                    best = Some((key, chosen, Some(d)));
+                }
+            }
+        }
+    }
+    let (_, chosen, d) = best?;
+    let reserve = match d {
+        Some(d) => reserve_after(state, d, need, &cands, &chosen)?,
+        None => Vec::new(),
+    };
+    Some(Plan {
+        cost: chosen.iter().map(|&i| cands[i].cost).sum(),
+        victims: chosen.iter().map(|&i| cands[i].clone()).collect(),
+        reserve,
+    })
+}
+
+/// The nodes the beneficiary will take in `d` once `chosen` are gone:
+/// fullest first, as placement would.
+fn reserve_after(
+    state: &State,
+    d: DomainIdx,
+    need: &Need,
+    cands: &[Cand],
+    chosen: &[usize],
+) -> Option<Vec<Assignment>> {
+    let cap = state.capacity();
+    let freed = freed_in(state, Some(d), need.level, cands, chosen);
+    let mut nodes: Vec<(Gpus, NodeId)> = cap
+        .domain(d)
+        .nodes
+        .iter()
+        .filter(|&&n| cap.is_schedulable(n))
+        .map(|&n| (cap.node_free(n) + freed.get(&n).copied().unwrap_or(0), n))
+        .filter(|&(free, _)| free >= need.g)
+        .collect();
+    // Prefer nodes the victims free, then the fullest.
+    nodes.sort_unstable_by_key(|&(free, n)| (!freed.contains_key(&n), free, n));
+    let mut left = need.workers;
+    let mut out = Vec::new();
+    for (free, n) in nodes {
+        if left == 0 {
+            break;
+        }
+        let w = (free / need.g).min(left);
+        if w > 0 {
+            out.push(Assignment {
+                node: n,
+                gpus: w * need.g,
+            });
+            left -= w;
+        }
+    }
+    (left == 0).then_some(out)
+}
+
+/// Preemptible backfill to evict so a reservation's job can bind now, if
+/// evicting it is all that is missing.
+fn backfill_to_evict(
+    state: &State,
+    cfg: &CycleConfig,
+    owner: JobId,
+    now: Timestamp,
+) -> Option<Vec<Victim>> {
+    let r = state.reservations().get(&owner)?;
+    let cap = state.capacity();
+    let mut victims = Vec::new();
+    let mut chosen: FxHashSet<JobId> = FxHashSet::default();
+    for a in &r.assignments {
+        let mut free = cap.node_raw_free(a.node);
+        if free >= a.gpus {
+            continue;
+        }
+        let on_node: Vec<&Job> = r
+            .backfill
+            .iter()
+            .filter_map(|b| state.job(*b))
+            .filter(|j| j.spec.preemptible && j.phase == Phase::Running)
+            .filter(|j| j.assignments.iter().any(|x| x.node == a.node))
+            .collect();
+        for j in on_node {
+            if free >= a.gpus {
+                break;
+            }
+            free += j
+                .assignments
+                .iter()
+                .filter(|x| x.node == a.node)
+                .map(|x| x.gpus)
+                .sum::<Gpus>();
+            if chosen.insert(j.id) {
+                let c = costed(state, cfg, j, now, 0);
+                victims.push(Victim {
+                    job: j.id,
+                    // Backfill knew it borrowed reserved nodes: no grace.
+                    deadline: now,
+                    expected_lost_gpu_ms: c.lost,
+                    cost: c.cost,
+                });
+            }
+        }
+        if free < a.gpus {
+            // Something other than preemptible backfill still holds the node.
+            return None;
+        }
+    }
+    (!victims.is_empty()).then_some(victims)
+}

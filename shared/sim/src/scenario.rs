@@ -1,0 +1,144 @@
+//! Built-in scenarios: a cluster and a workload that show one behaviour.
+//!
+//! Owns: `reclaim` — a borrower fills an idle cluster with long,
+//! checkpointing training jobs; three hours later the quota owner returns
+//! and must reclaim its share by preemption.
+//!
+//! Must never: decide anything about scheduling.
+
+use crate::cluster::Cluster;
+use crate::workload::{Workload, WorkloadItem, WorkloadKind};
+use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// The reclaim scenario's cluster: 512 H100s (2 racks × 4 blocks × 8 nodes
+/// × 8 GPUs); tenants `research` (the owner) and `batch` (the borrower),
+/// 256 GPUs nominal each, in one cohort.
+pub const RECLAIM_CLUSTER: &str = r#"
+[topology]
+levels = ["rack", "block"]
+
+[scheduler]
+max_heads = 256
+reservations = 4
+
+[[node_group]]
+flavor = "h100-80g"
+shape = [2, 4]
+nodes_per_leaf = 8
+gpus_per_node = 8
+
+[[tenant]]
+name = "research"
+cohort = "lab"
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 256 }]
+
+[[tenant]]
+name = "batch"
+cohort = "lab"
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 256 }]
+"#;
+
+fn job(
+    tenant: &str,
+    workers: u32,
+    topology: &str,
+    checkpoint: Option<CheckpointPolicy>,
+) -> JobSpec {
+    JobSpec {
+        tenant: tenant.into(),
+        priority: 0,
+        workers,
+        gpus_per_worker: 8,
+        flavors: vec![],
+        topology: topology.into(),
+        preemptible: true,
+        checkpoint,
+        max_runtime_s: None,
+    }
+}
+
+/// The reclaim scenario.
+///
+/// - t = 0 … 50 min: `batch` submits 100 single-node (1×8) training jobs, one
+///   every 30 s, each running 12 h and checkpointing every 20, 30 or 45 min
+///   (60–180 s per checkpoint; one in five does not checkpoint). The first 64
+///   fill the idle cluster, half of it on `research`'s lent quota.
+/// - t = 3 h: `research` returns with eight 1×8 jobs and two 4×8 block
+///   gangs (96 GPUs), and at 3 h 30 min eight more 1×8 jobs: 160 GPUs in all,
+///   within its 256 nominal. Each runs 2 h.
+///
+/// The seed varies checkpoint intervals and durations.
+pub fn reclaim(seed: u64) -> (Cluster, Workload) {
+    let cluster = match Cluster::parse(RECLAIM_CLUSTER, "reclaim scenario") {
+        Ok(c) => c,
+        Err(e) => unreachable!("the reclaim scenario's cluster is checked by tests: {e}"),
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut items = Vec::new();
+    for i in 0..100u64 {
+        let checkpoint = if rng.gen_range(0..5) == 0 {
+            None
+        } else {
+            Some(CheckpointPolicy {
+                interval_s: [1200, 1800, 2700][rng.gen_range(0..3)],
+                duration_s: rng.gen_range(60..=180),
+            })
+        };
+        items.push(WorkloadItem {
+            at: Timestamp::from_secs(i * 30),
+            kind: WorkloadKind::Submit {
+                spec: job("batch", 1, "node", checkpoint),
+                duration_s: 12 * 3600,
+            },
+        });
+    }
+    let owner = |at: u64, workers: u32, topology: &str| WorkloadItem {
+        at: Timestamp::from_secs(at),
+        kind: WorkloadKind::Submit {
+            spec: job(
+                "research",
+                workers,
+                topology,
+                Some(CheckpointPolicy {
+                    interval_s: 1800,
+                    duration_s: 60,
+                }),
+            ),
+            duration_s: 2 * 3600,
+        },
+    };
+    for _ in 0..8 {
+        items.push(owner(3 * 3600, 1, "node"));
+    }
+    for _ in 0..2 {
+        items.push(owner(3 * 3600, 4, "block"));
+    }
+    for _ in 0..8 {
+        items.push(owner(3 * 3600 + 1800, 1, "node"));
+    }
+    items.sort_by_key(|i| i.at);
+    let workload = Workload {
+        items,
+        description: format!(
+            "reclaim scenario (seed {seed}): batch fills the idle cluster with 100 × 1×8 GPU, 12 h jobs checkpointing every 20/30/45 min (1 in 5 never); research returns at 3 h with 8 × 1×8 and 2 × 4×8 block gangs, and 8 × 1×8 more at 3.5 h"
+        ),
+    };
+    (cluster, workload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaim_scenario_is_well_formed() {
+        let (c, w) = reclaim(1);
+        assert_eq!(c.gpus, 512);
+        assert_eq!(w.items.len(), 118);
+        assert_eq!(reclaim(1).1, w);
+    }
+}
