@@ -63,6 +63,10 @@ struct SimulateArgs {
     /// No reservations and no backfill (for comparison).
     #[arg(long)]
     no_reservations: bool,
+    /// Override the most seconds a victim gets to complete a checkpoint on
+    /// request (0: victims get only the base grace).
+    #[arg(long, value_name = "SECONDS")]
+    checkpoint_grace: Option<u64>,
     /// Print this job's history with the reason at each step.
     #[arg(long, value_name = "JOB_ID")]
     explain: Option<u64>,
@@ -176,6 +180,9 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     };
     if args.no_reservations {
         cycle.reservations = 0;
+    }
+    if let Some(g) = args.checkpoint_grace {
+        cycle.preemption.max_checkpoint_grace_ms = g.saturating_mul(1000);
     }
     let record = args.verify_replay || args.events_out.is_some() || args.explain.is_some();
     let opts = SimOptions {

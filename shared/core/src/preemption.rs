@@ -28,7 +28,7 @@
 use crate::capacity::{DomainIdx, FlavorIdx};
 use crate::cycle::{CycleConfig, ScanMemo};
 use crate::quota::{self, QuotaOverlay};
-use crate::state::{Job, Phase, State, TenantIdx};
+use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
 use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -148,53 +148,55 @@ fn costed(state: &State, cfg: &CycleConfig, job: &Job, now: Timestamp, need_gpus
         Some(t) if now.millis_since(t) < p.thrash_window_ms => gpus * p.thrash_penalty_ms,
         _ => 0,
     };
-    let lost_now = gpus * job.unsaved_ms(now);
-    // The grace the victim gets: enough to complete a checkpoint when it
-    // checkpoints and one fits in `max_checkpoint_grace_ms`.
-    let ckpt_ms = job
-        .spec
-        .checkpoint
-        .map(|c| c.duration_s * 1000)
-        .filter(|&d| d <= p.max_checkpoint_grace_ms);
-    let grace = ckpt_ms.map_or(p.grace_ms, |d| (d + 5_000).max(p.grace_ms));
+    let unsaved = job.unsaved_ms(now);
+    // (a) Stopped after the base grace without a checkpoint: it loses what
+    // it has not saved by then.
+    let lost_stop = gpus * (unsaved + p.grace_ms);
     let mut cand = Cand {
         job: job.id,
         tenant: job.tenant.unwrap_or(0),
         gpus: job.spec.total_gpus(),
-        cost: lost_now + restart + thrash,
-        lost: lost_now,
-        deadline: Timestamp(now.0 + grace),
+        cost: lost_stop + restart + thrash,
+        lost: lost_stop,
+        deadline: Timestamp(now.0 + p.grace_ms),
         kueue_rank: (
             job.spec.priority,
             std::cmp::Reverse(job.started_at.unwrap_or_default()),
         ),
         nodes: job.assignments.clone(),
     };
-    if p.order == VictimOrder::Checkpoint {
-        // Asked to checkpoint now, it loses only what it does meanwhile;
-        // the beneficiary waits for it beyond the base grace.
-        if let Some(d) = ckpt_ms {
-            let lost = (gpus * d).min(lost_now);
-            let delay = (d + 5_000).saturating_sub(p.grace_ms);
-            let cost = lost + restart + thrash + need_gpus as u64 * delay;
-            if cost < cand.cost {
-                cand.cost = cost;
-                cand.lost = lost;
-            }
+    // (b) A checkpointable victim whose checkpoint fits in
+    // `max_checkpoint_grace_ms` is given the time to complete one on
+    // request: it loses only the work done while checkpointing.
+    let ckpt_ms = job
+        .spec
+        .checkpoint
+        .map(|c| c.duration_s * 1000)
+        .filter(|&d| d <= p.max_checkpoint_grace_ms);
+    if let Some(d) = ckpt_ms {
+        let lost = gpus * d;
+        let deadline = Timestamp(now.0 + (d + 5_000).max(p.grace_ms));
+        // Kueue does not look at checkpoints: its victims get the job's own
+        // checkpoint-sized grace too, so only the order differs.
+        if p.order == VictimOrder::Kueue || lost < cand.lost {
+            cand.cost = lost + restart + thrash;
+            cand.lost = lost;
+            cand.deadline = deadline;
         }
+    }
+    // (c) Its next periodic checkpoint completes within W: stop it right
+    // after, losing only the work done while that checkpoint ran.
+    if p.order == VictimOrder::Checkpoint {
         if let (Some(done), Some(c)) = (next_checkpoint_done(job, now), job.spec.checkpoint) {
-            if done.millis_since(now) <= p.wait_window_ms {
-                let lost_wait = gpus * c.duration_s * 1000;
-                let delay = done.millis_since(now).saturating_sub(p.grace_ms);
-                let cost_wait = lost_wait + restart + thrash + need_gpus as u64 * delay;
-                if cost_wait < cand.cost {
-                    cand.cost = cost_wait;
-                    cand.lost = lost_wait;
-                    cand.deadline = Timestamp((done.0 + 1_000).max(now.0 + grace));
-                }
+            let lost = gpus * c.duration_s * 1000;
+            if done.millis_since(now) <= p.wait_window_ms && lost < cand.lost {
+                cand.cost = lost + restart + thrash;
+                cand.lost = lost;
+                cand.deadline = Timestamp((done.0 + 1_000).max(now.0 + p.grace_ms));
             }
         }
     }
+    let _ = need_gpus;
     let _ = state;
     cand
 }
@@ -433,6 +435,7 @@ fn candidates(
     taken: &FxHashSet<JobId>,
     looked: &mut u64,
     young: &mut bool,
+    room: bool,
 ) -> (Vec<Cand>, FxHashMap<TenantIdx, Gpus>) {
     let p = &cfg.preemption;
     let mut out = Vec::new();
@@ -465,7 +468,20 @@ fn candidates(
         return (out, slack);
     }
     let per_tenant = (p.max_candidates / tenants.len()).max(1);
-    for u in tenants {
+    let eligible = |v: &Job, young: &mut bool| -> bool {
+        if taken.contains(&v.id) || !v.spec.preemptible || v.phase != Phase::Running {
+            return false;
+        }
+        if v.started_at
+            .is_none_or(|s| now.millis_since(s) < p.min_runtime_ms)
+        {
+            *young = true;
+            return false;
+        }
+        !(matches!(need.cause, PreemptionCause::Priority { .. })
+            && v.spec.priority >= job.spec.priority)
+    };
+    for &u in &tenants {
         let tu = state.tenant(u);
         let over = tu
             .used(f)
@@ -484,22 +500,51 @@ fn candidates(
             }
             *looked += 1;
             let Some(v) = state.job(id) else { continue };
-            if taken.contains(&id) || !v.spec.preemptible {
-                continue;
-            }
-            if v.started_at
-                .is_none_or(|s| now.millis_since(s) < p.min_runtime_ms)
-            {
-                *young = true;
-                continue;
-            }
-            if matches!(need.cause, PreemptionCause::Priority { .. })
-                && v.spec.priority >= job.spec.priority
-            {
+            if !eligible(v, young) {
                 continue;
             }
             n += 1;
             out.push(costed(state, cfg, v, now, job.spec.total_gpus()));
+        }
+    }
+    // Room in one domain is needed: the cheapest candidates may be spread
+    // thin, so the domains of the cheapest few are searched whole (at most
+    // `max_sets` domains, every eligible job on their nodes).
+    if room {
+        let cap = state.capacity();
+        let mut by_cost: Vec<&Cand> = out.iter().collect();
+        by_cost.sort_by_key(|c| (c.cost / c.gpus.max(1) as u64, c.job));
+        let mut domains: Vec<DomainIdx> = Vec::new();
+        for c in by_cost {
+            if domains.len() >= p.max_sets {
+                break;
+            }
+            for a in &c.nodes {
+                if let Some(d) = cap.node_domain(a.node, need.level) {
+                    if !domains.contains(&d) && domains.len() < p.max_sets {
+                        domains.push(d);
+                    }
+                }
+            }
+        }
+        let mut seen: FxHashSet<JobId> = out.iter().map(|c| c.job).collect();
+        for d in domains {
+            for &n in &cap.domain(d).nodes {
+                for id in state.nodes()[n.index()].jobs.iter().copied() {
+                    let Some(v) = state.job(id) else { continue };
+                    if seen.contains(&id) || v.flavor != Some(f) {
+                        continue;
+                    }
+                    if !v.tenant.is_some_and(|vt| tenants.contains(&vt)) {
+                        continue;
+                    }
+                    *looked += 1;
+                    if eligible(v, young) {
+                        seen.insert(id);
+                        out.push(costed(state, cfg, v, now, job.spec.total_gpus()));
+                    }
+                }
+            }
         }
     }
     match p.order {
@@ -536,15 +581,65 @@ fn freed_in(
     m
 }
 
+/// Nodes held by the beneficiary's own (blocked-job) reservation: not
+/// schedulable for others, but its to take. Without them a job blocked for
+/// room could never preempt once it holds a reservation.
+fn own_reserved(state: &State, beneficiary: JobId) -> Vec<NodeId> {
+    state
+        .reservations()
+        .get(&beneficiary)
+        .map(|r| {
+            r.assignments
+                .iter()
+                .map(|a| a.node)
+                .filter(|&n| {
+                    !state.capacity().is_schedulable(n)
+                        && state.nodes().get(n.index()).is_some_and(|node| {
+                            node.status == NodeStatus::Ready
+                                && node.reserved_for == Some(beneficiary)
+                        })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Free GPUs of a node the beneficiary may use (schedulable or its own
+/// reserved node), `None` if it may not.
+fn usable_free(state: &State, n: NodeId, own: &[NodeId]) -> Option<Gpus> {
+    let cap = state.capacity();
+    if cap.is_schedulable(n) {
+        Some(cap.node_free(n))
+    } else if own.contains(&n) {
+        Some(cap.node_raw_free(n))
+    } else {
+        None
+    }
+}
+
 /// Whether the beneficiary fits in domain `d` once `chosen` are gone.
-fn fits_after(state: &State, d: DomainIdx, need: &Need, cands: &[Cand], chosen: &[usize]) -> bool {
+fn fits_after(
+    state: &State,
+    d: DomainIdx,
+    need: &Need,
+    cands: &[Cand],
+    chosen: &[usize],
+    own: &[NodeId],
+) -> bool {
     let cap = state.capacity();
     let freed = freed_in(state, Some(d), need.level, cands, chosen);
-    let overrides: Vec<(NodeId, Gpus, Gpus)> = freed
+    let mut overrides: Vec<(NodeId, Gpus, Gpus)> = freed
         .iter()
         .filter(|(n, _)| cap.is_schedulable(**n))
         .map(|(&n, &f)| (n, cap.node_free(n), cap.node_free(n) + f))
         .collect();
+    // Own reserved nodes are not in the domain's counts: add them whole.
+    for &n in own {
+        if cap.node_domain(n, need.level) == Some(d) {
+            let after = cap.node_raw_free(n) + freed.get(&n).copied().unwrap_or(0);
+            overrides.push((n, 0, after));
+        }
+    }
     cap.domain_slots_with(d, need.g, &overrides) >= need.workers as u64
 }
 
@@ -573,6 +668,42 @@ fn may_add(cands: &[Cand], i: usize, chosen: &[usize], slack: &FxHashMap<TenantI
     given < slack.get(&t).copied().unwrap_or(0)
 }
 
+/// Adds victims until `quota` GPUs of quota are freed. Checkpoint order
+/// takes, at each step, the candidate with the least cost per GPU it
+/// usefully frees (no credit beyond what is still missing), so a large job
+/// is not taken for a small deficit; Kueue order takes candidates in its
+/// order.
+fn add_for_quota(
+    cands: &[Cand],
+    chosen: &mut Vec<usize>,
+    slack: &FxHashMap<TenantIdx, Gpus>,
+    quota: Gpus,
+    order: VictimOrder,
+) {
+    loop {
+        let freed = quota_freed(cands, chosen, slack);
+        if freed >= quota {
+            return;
+        }
+        let missing = (quota - freed) as u128;
+        let pick = (0..cands.len())
+            .filter(|i| !chosen.contains(i) && may_add(cands, *i, chosen, slack))
+            .min_by(|&a, &b| match order {
+                VictimOrder::Kueue => a.cmp(&b),
+                VictimOrder::Checkpoint => {
+                    let useful = |i: usize| (cands[i].gpus as u128).min(missing).max(1);
+                    (cands[a].cost as u128 * useful(b))
+                        .cmp(&(cands[b].cost as u128 * useful(a)))
+                        .then(a.cmp(&b))
+                }
+            });
+        match pick {
+            Some(i) => chosen.push(i),
+            None => return,
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn plan(
     state: &State,
@@ -585,10 +716,6 @@ fn plan(
     sets: &mut u64,
     young: &mut bool,
 ) -> Option<Plan> {
-    let (cands, slack) = candidates(state, cfg, job, need, now, taken, looked, young);
-    if cands.is_empty() {
-        return None;
-    }
     let cap = state.capacity();
     let mut probes = 0;
     let fits_now = cap
@@ -601,9 +728,14 @@ fn plan(
             &mut probes,
         )
         .is_some();
+    let (cands, slack) = candidates(state, cfg, job, need, now, taken, looked, young, !fits_now);
+    if cands.is_empty() {
+        return None;
+    }
+    let own = own_reserved(state, job.id);
     let satisfied = |chosen: &[usize], d: Option<DomainIdx>| -> bool {
         quota_freed(&cands, chosen, &slack) >= need.quota
-            && d.is_none_or(|d| fits_after(state, d, need, &cands, chosen))
+            && d.is_none_or(|d| fits_after(state, d, need, &cands, chosen, &own))
     };
     // Add back: drop victims, most recently added first, while the rest still suffices.
     let minimal = |mut chosen: Vec<usize>, d: Option<DomainIdx>| -> Vec<usize> {
@@ -631,14 +763,13 @@ fn plan(
             return None;
         }
         let mut chosen: Vec<usize> = Vec::new();
-        for i in 0..cands.len() {
-            if satisfied(&chosen, None) {
-                break;
-            }
-            if may_add(&cands, i, &chosen, &slack) {
-                chosen.push(i);
-            }
-        }
+        add_for_quota(
+            &cands,
+            &mut chosen,
+            &slack,
+            need.quota,
+            cfg.preemption.order,
+        );
         *sets += 1;
         if satisfied(&chosen, None) {
             let chosen = minimal(chosen, None);
@@ -650,10 +781,19 @@ fn plan(
         for c in &cands {
             for a in &c.nodes {
                 if let Some(d) = cap.node_domain(a.node, need.level) {
-                    if cap.is_schedulable(a.node) {
+                    if usable_free(state, a.node, &own).is_some() {
                         *potential.entry(d).or_default() += a.gpus as u64;
                     }
                 }
+            }
+        }
+        // Free GPUs on its own reserved nodes are not in the domain's count.
+        for &n in &own {
+            if let Some(p) = cap
+                .node_domain(n, need.level)
+                .and_then(|d| potential.get_mut(&d))
+            {
+                *p += cap.node_raw_free(n) as u64;
             }
         }
         let mut doms: Vec<(u64, DomainIdx)> = potential
@@ -667,7 +807,7 @@ fn plan(
             let mut chosen: Vec<usize> = Vec::new();
             // In-domain victims first, in order, until it fits …
             for i in 0..cands.len() {
-                if fits_after(state, d, need, &cands, &chosen) {
+                if fits_after(state, d, need, &cands, &chosen, &own) {
                     break;
                 }
                 let inside = cands[i]
@@ -679,14 +819,13 @@ fn plan(
                 }
             }
             // … then any victims still needed to free quota.
-            for i in 0..cands.len() {
-                if quota_freed(&cands, &chosen, &slack) >= need.quota {
-                    break;
-                }
-                if !chosen.contains(&i) && may_add(&cands, i, &chosen, &slack) {
-                    chosen.push(i);
-                }
-            }
+            add_for_quota(
+                &cands,
+                &mut chosen,
+                &slack,
+                need.quota,
+                cfg.preemption.order,
+            );
             if satisfied(&chosen, Some(d)) {
                 let chosen = minimal(chosen, Some(d));
                 let key = key_of(&chosen);
@@ -698,7 +837,7 @@ fn plan(
     }
     let (_, chosen, d) = best?;
     let reserve = match d {
-        Some(d) => reserve_after(state, d, need, &cands, &chosen)?,
+        Some(d) => reserve_after(state, d, need, &cands, &chosen, &own)?,
         None => Vec::new(),
     };
     Some(Plan {
@@ -716,6 +855,7 @@ fn reserve_after(
     need: &Need,
     cands: &[Cand],
     chosen: &[usize],
+    own: &[NodeId],
 ) -> Option<Vec<Assignment>> {
     let cap = state.capacity();
     let freed = freed_in(state, Some(d), need.level, cands, chosen);
@@ -723,8 +863,12 @@ fn reserve_after(
         .domain(d)
         .nodes
         .iter()
-        .filter(|&&n| cap.is_schedulable(n))
-        .map(|&n| (cap.node_free(n) + freed.get(&n).copied().unwrap_or(0), n))
+        .filter_map(|&n| {
+            Some((
+                usable_free(state, n, own)? + freed.get(&n).copied().unwrap_or(0),
+                n,
+            ))
+        })
         .filter(|&(free, _)| free >= need.g)
         .collect();
     // Prefer nodes the victims free, then the fullest.

@@ -219,6 +219,18 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
     let mut fits = Vec::new();
     let cohort = state.tenant(t).cohort;
     let planned = state.planned_flavor(job.id);
+    // Its victims are still stopping: the quota they free is its own; quota
+    // freed meanwhile by others' victims is theirs.
+    if let (Some(c), Some(f), Some(_)) = (cohort, planned, state.plan(job.id)) {
+        return Err(Blocked::Cohort {
+            flavor: f,
+            cohort: c,
+            used: ov.used(state, t, f),
+            nominal: state.tenant(t).quota(f).map_or(0, |q| q.nominal),
+            lendable_left: 0,
+            need,
+        });
+    }
     for (pos, &f) in job.flavors.iter().enumerate() {
         // Room was freed for it in one flavor: that is where it goes.
         if planned.is_some_and(|p| p != f) {

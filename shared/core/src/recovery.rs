@@ -5,7 +5,7 @@
 //!
 //! Must never: touch jobs on healthy nodes.
 
-use crate::state::{Phase, State};
+use crate::state::State;
 use gpusched_events::{Event, RequeueReason};
 use gpusched_model::{NodeId, Timestamp};
 
@@ -28,10 +28,9 @@ pub fn decide(state: &State, now: Timestamp) -> Vec<Event> {
                     .is_some_and(|node| node.status == crate::state::NodeStatus::Lost)
             })
             .unwrap_or(NodeId(u32::MAX));
-        let lost_gpu_ms = match (job.phase, job.started_at) {
-            (Phase::Running, Some(s)) => job.spec.total_gpus() as u64 * now.millis_since(s),
-            _ => 0,
-        };
+        // Work since the last complete checkpoint (or the run's start) is
+        // lost; a bound job that never started lost nothing.
+        let lost_gpu_ms = job.spec.total_gpus() as u64 * job.unsaved_ms(now);
         out.push(Event::JobRequeued {
             job: id,
             reason: RequeueReason::NodeLost { node: lost_node },

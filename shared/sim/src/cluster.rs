@@ -68,8 +68,11 @@ pub struct SchedulerSection {
     pub reservations: Option<usize>,
     /// Domains probed when planning one reservation.
     pub reservation_domains: Option<usize>,
-    /// Seconds a victim gets to checkpoint before it is stopped.
+    /// Seconds a victim gets before it is stopped.
     pub grace_s: Option<u64>,
+    /// A checkpointable victim whose checkpoint takes at most this many
+    /// seconds gets the time to complete one (0: never).
+    pub max_checkpoint_grace_s: Option<u64>,
     /// Seconds a job runs before it may be preempted.
     pub min_runtime_s: Option<u64>,
     /// W: seconds within which a victim's next checkpoint may be waited for.
@@ -291,6 +294,9 @@ impl Cluster {
                 .max(1),
             preemption: gpusched_core::PreemptionConfig {
                 grace_ms: s.grace_s.map_or(d.preemption.grace_ms, |x| x * 1000),
+                max_checkpoint_grace_ms: s
+                    .max_checkpoint_grace_s
+                    .map_or(d.preemption.max_checkpoint_grace_ms, |x| x * 1000),
                 min_runtime_ms: s
                     .min_runtime_s
                     .map_or(d.preemption.min_runtime_ms, |x| x * 1000),

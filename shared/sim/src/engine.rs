@@ -127,6 +127,9 @@ pub struct Measurements {
     pub reservations: u64,
     /// Checkpoints completed.
     pub checkpoints: u64,
+    /// After a reclaim's beneficiary was admitted, the quota it left uneven
+    /// because jobs are indivisible: (job, text).
+    pub reclaim_imbalances: Vec<(JobId, String)>,
     /// Wall time of the whole run, seconds.
     pub wall_s: f64,
     /// Virtual time at the end.
@@ -241,6 +244,28 @@ impl Simulator {
         Ok(())
     }
 
+    /// Notes a reclaim that frees more than its deficit; before it is applied.
+    fn before(&mut self, e: &Event) {
+        if let Event::PreemptionPlanned {
+            beneficiary,
+            cause:
+                PreemptionCause::Reclaim {
+                    flavor,
+                    quota_deficit,
+                    ..
+                },
+            victims,
+            ..
+        } = e
+        {
+            if let Some(text) = imbalance(&self.state, victims, *quota_deficit, flavor) {
+                self.measurements
+                    .reclaim_imbalances
+                    .push((*beneficiary, text));
+            }
+        }
+    }
+
     /// Counts what the report needs from every applied event.
     fn observe(&mut self, e: &Event) {
         let m = &mut self.measurements;
@@ -261,6 +286,7 @@ impl Simulator {
                 cause: PreemptionCause::Reclaim { .. },
                 ..
             } => m.reclaim_beneficiaries.push(*beneficiary),
+
             _ => {}
         }
     }
@@ -448,6 +474,7 @@ impl Simulator {
             self.measurements.events += out.events.len() as u64;
             let mut starts = Vec::new();
             for e in out.events {
+                self.before(&e);
                 self.observe(&e);
                 match &e {
                     Event::JobBound {
@@ -519,6 +546,46 @@ impl Simulator {
         self.measurements.wall_s = started.elapsed().as_secs_f64();
         Ok(())
     }
+}
+
+/// A reclaim that frees more than its quota deficit, because jobs are
+/// indivisible (or room in one domain needed more): how much more, and any
+/// borrower it leaves below its own nominal. `None` when it frees exactly
+/// the deficit. Called before the plan is applied.
+fn imbalance(
+    state: &State,
+    victims: &[gpusched_events::Victim],
+    deficit: u32,
+    flavor: &str,
+) -> Option<String> {
+    let f = state.flavor(flavor)?;
+    let mut given: Vec<(u32, u32)> = Vec::new(); // (tenant, GPUs)
+    for v in victims {
+        let j = state.job(v.job)?;
+        let t = j.tenant?;
+        match given.iter_mut().find(|(x, _)| *x == t) {
+            Some(e) => e.1 += j.spec.total_gpus(),
+            None => given.push((t, j.spec.total_gpus())),
+        }
+    }
+    let total: u32 = given.iter().map(|(_, g)| g).sum();
+    if total <= deficit {
+        return None;
+    }
+    let mut text = format!("frees {total} GPUs for a {deficit}-GPU quota deficit");
+    for (t, g) in given {
+        let tm = state.tenant(t);
+        let nominal = tm.quota(f).map_or(0, |q| q.nominal);
+        let after = tm.used(f).saturating_sub(g);
+        if after < nominal {
+            text.push_str(&format!(
+                "; {} drops to {after}, {} below its nominal {nominal}",
+                tm.spec.name,
+                nominal - after
+            ));
+        }
+    }
+    Some(text)
 }
 
 /// Rebuilds a state from a log; the replay check of the simulator.

@@ -163,6 +163,11 @@ pub struct Report {
     pub reservations: u64,
     /// Victim search cost.
     pub victim_search: VictimSearch,
+    /// Reclaims after which indivisible jobs left a borrower above nominal
+    /// or the owner below it (count; the first few are listed).
+    pub reclaim_imbalances: usize,
+    /// The first few such reclaims, as text.
+    pub reclaim_imbalance_examples: Vec<String>,
     /// Replay of the recorded log gave the same hash (when checked).
     pub replay_hash_matches: Option<bool>,
 }
@@ -289,6 +294,13 @@ impl Report {
                 max_us: victim_us.last().copied().unwrap_or(0.0),
                 max_sets_costed: m.cycles.iter().map(|c| c.victim_sets).max().unwrap_or(0),
             },
+            reclaim_imbalances: m.reclaim_imbalances.len(),
+            reclaim_imbalance_examples: m
+                .reclaim_imbalances
+                .iter()
+                .take(5)
+                .map(|(j, t)| format!("job {j}: {t}"))
+                .collect(),
             replay_hash_matches: None,
         }
     }
@@ -340,6 +352,15 @@ impl Report {
             self.reclaim_latency_s.p99,
             self.reclaim_latency_s.max
         );
+        if self.reclaim_imbalances > 0 {
+            let _ =
+                writeln!(
+                s,
+                "  reclaim        {} reclaims left quota uneven (jobs are indivisible), e.g. {}",
+                self.reclaim_imbalances,
+                self.reclaim_imbalance_examples.first().map_or("", |x| x.as_str())
+            );
+        }
         let _ = writeln!(
             s,
             "  victim search  {} searches; p99 {:.0} µs, max {:.0} µs; at most {} sets costed",
