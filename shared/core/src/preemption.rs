@@ -406,8 +406,34 @@ fn need_of(state: &State, job: &Job) -> Option<Need> {
             }
             None
         }
-        Phase::Admitted if tenant.spec.priority_preemption => {
+        Phase::Admitted => {
             let f = job.flavor?;
+            // Within its nominal quota but without room, because borrowers
+            // hold it: reclaim room (no quota is missing).
+            let within = tenant.quota(f).is_some_and(|q| tenant.used(f) <= q.nominal);
+            let borrowers = tenant.cohort.is_some_and(|c| {
+                state.cohort(c).members.iter().any(|&u| {
+                    let tu = state.tenant(u);
+                    u != t && tu.used(f) > tu.quota(f).map_or(0, |q| q.nominal)
+                })
+            });
+            if within && borrowers {
+                return Some(Need {
+                    flavor: f,
+                    level,
+                    workers,
+                    g,
+                    quota: 0,
+                    cause: PreemptionCause::Reclaim {
+                        tenant: tenant.spec.name.clone(),
+                        flavor: state.flavor_name(f).to_string(),
+                        quota_deficit: 0,
+                    },
+                });
+            }
+            if !tenant.spec.priority_preemption {
+                return None;
+            }
             Some(Need {
                 flavor: f,
                 level,
@@ -836,6 +862,10 @@ fn plan(
         }
     }
     let (_, chosen, d) = best?;
+    if chosen.is_empty() {
+        // It fits without anyone leaving: placement will bind it.
+        return None;
+    }
     let reserve = match d {
         Some(d) => reserve_after(state, d, need, &cands, &chosen, &own)?,
         None => Vec::new(),

@@ -1463,7 +1463,11 @@ impl State {
                 }
                 self.plans
                     .insert(*beneficiary, victims.iter().map(|v| v.job).collect());
-                if let PreemptionCause::Reclaim { flavor, .. } = cause {
+                let queued = self
+                    .jobs
+                    .get(beneficiary)
+                    .is_some_and(|j| j.phase == Phase::Queued);
+                if let (PreemptionCause::Reclaim { flavor, .. }, true) = (cause, queued) {
                     let c = self
                         .jobs
                         .get(beneficiary)

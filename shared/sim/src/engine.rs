@@ -572,12 +572,20 @@ fn imbalance(
     if total <= deficit {
         return None;
     }
-    let mut text = format!("frees {total} GPUs for a {deficit}-GPU quota deficit");
+    // A reclaim of room only (deficit 0) is uneven only if a borrower ends
+    // below its nominal.
+    let mut text = if deficit > 0 {
+        format!("frees {total} GPUs for a {deficit}-GPU quota deficit")
+    } else {
+        format!("frees {total} GPUs of room")
+    };
+    let mut below = false;
     for (t, g) in given {
         let tm = state.tenant(t);
         let nominal = tm.quota(f).map_or(0, |q| q.nominal);
         let after = tm.used(f).saturating_sub(g);
         if after < nominal {
+            below = true;
             text.push_str(&format!(
                 "; {} drops to {after}, {} below its nominal {nominal}",
                 tm.spec.name,
@@ -585,7 +593,7 @@ fn imbalance(
             ));
         }
     }
-    Some(text)
+    (deficit > 0 || below).then_some(text)
 }
 
 /// Rebuilds a state from a log; the replay check of the simulator.
