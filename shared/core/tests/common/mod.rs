@@ -389,3 +389,34 @@ pub fn binding(events: &[Event], id: JobId) -> Option<&[Assignment]> {
         _ => None,
     })
 }
+
+impl Driver {
+    /// The agent reports a complete checkpoint of `id` capturing
+    /// `progress_ms` of work, now (uri `ckpt://job-{id}/{progress_ms}`).
+    pub fn checkpoint(&mut self, id: JobId, progress_ms: u64) {
+        self.apply(Event::JobCheckpointed {
+            job: id,
+            progress_ms,
+            uri: format!("ckpt://job-{}/{progress_ms}", id.0),
+            at: self.now,
+        });
+    }
+
+    /// Moves time on by milliseconds.
+    pub fn advance_ms(&mut self, ms: u64) {
+        self.now = Timestamp(self.now.0 + ms);
+    }
+
+    /// Moves time on to `t` (never back).
+    pub fn advance_to(&mut self, t: Timestamp) {
+        self.now = self.now.max(t);
+    }
+
+    /// Runs cycles until quiet, then the agent starts what was bound;
+    /// returns every decision.
+    pub fn settle(&mut self) -> Vec<Event> {
+        let ev = self.run_until_quiet();
+        self.start_bound();
+        ev
+    }
+}

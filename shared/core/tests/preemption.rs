@@ -1,0 +1,854 @@
+//! Scenario tests of reclaim, priority preemption, reservations with
+//! backfill, and checkpoint-aware requeues (BRIEF §3–5, invariants 4–5):
+//! each sets up a cluster through events, plays the node agent by hand
+//! (starts, complete checkpoints, finishes, node losses) and asserts one
+//! rule that would fail if the rule broke.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{job, tenant, Driver, FLAVOR};
+use gpusched_core::{ApplyError, CycleConfig, Phase};
+use gpusched_events::{
+    Assignment, CheckpointRef, Event, PendingReason, PreemptionCause, RequeueReason, Victim,
+};
+use gpusched_model::{CheckpointPolicy, Gpus, JobId, JobSpec, Timestamp};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A job that checkpoints every `interval_s`, each taking `duration_s`.
+fn ckpt_job(
+    tenant: &str,
+    workers: u32,
+    gpw: Gpus,
+    topology: &str,
+    interval_s: u64,
+    duration_s: u64,
+) -> JobSpec {
+    JobSpec {
+        checkpoint: Some(CheckpointPolicy {
+            interval_s,
+            duration_s,
+        }),
+        ..job(tenant, workers, gpw, topology)
+    }
+}
+
+/// Every PreemptionPlanned in a batch: (beneficiary, cause, victims, at).
+fn plans(events: &[Event]) -> Vec<(JobId, PreemptionCause, Vec<Victim>, Timestamp)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::PreemptionPlanned {
+                beneficiary,
+                cause,
+                victims,
+                at,
+                ..
+            } => Some((*beneficiary, cause.clone(), victims.clone(), *at)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every JobPreempted in a batch, by job: (lost GPU-ms, resume_from).
+fn preempted(events: &[Event]) -> BTreeMap<JobId, (u64, Option<CheckpointRef>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobPreempted {
+                job,
+                lost_gpu_ms,
+                resume_from,
+                ..
+            } => Some((*job, (*lost_gpu_ms, resume_from.clone()))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn victim_set(v: &[Victim]) -> BTreeSet<JobId> {
+    v.iter().map(|x| x.job).collect()
+}
+
+fn ckref(progress_ms: u64, id: JobId) -> CheckpointRef {
+    CheckpointRef {
+        progress_ms,
+        uri: format!("ckpt://job-{}/{progress_ms}", id.0),
+    }
+}
+
+/// Index in the log of the first event matching `f`.
+fn first_in_log(d: &Driver, f: impl Fn(&Event) -> bool) -> Option<usize> {
+    d.log.iter().position(f)
+}
+
+fn admitted_at(d: &Driver, id: JobId, after: usize) -> Option<usize> {
+    d.log
+        .iter()
+        .enumerate()
+        .skip(after)
+        .find(|(_, e)| matches!(e, Event::JobAdmitted { job, .. } if *job == id))
+        .map(|(i, _)| i)
+}
+
+// ---------------------------------------------------------------- reclaim
+
+/// 4 nodes × 8 GPUs in one block; `owner` and `borrower` 16 nominal each in
+/// one cohort. The borrower fills the idle cluster with four 1×8
+/// checkpointable jobs started 100 s apart (t = 1, 101, 201, 301). Their
+/// checkpoints take 400 s, longer than a victim is ever given to complete
+/// one: a victim's cost is then its unsaved work alone.
+fn borrowed_cluster() -> (Driver, [JobId; 4]) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 16));
+    d.tenant(
+        tenant("borrower")
+            .cohort("c")
+            .best_effort()
+            .quota(FLAVOR, 16),
+    );
+    let mut b = [JobId(0); 4];
+    for (i, slot) in b.iter_mut().enumerate() {
+        if i > 0 {
+            d.advance(100);
+        }
+        *slot = d.submit(ckpt_job("borrower", 1, 8, "node", 600, 400));
+        d.settle();
+        assert_eq!(d.phase(*slot), Phase::Running);
+    }
+    assert_eq!(d.state.gpus_in_use(), 32);
+    (d, b)
+}
+
+#[test]
+fn returning_owner_reclaims_from_the_victims_with_the_least_unsaved_work() {
+    let (mut d, b) = borrowed_cluster();
+    // t = 1001. Unsaved work since the last complete checkpoint:
+    // b0 ran 1000 s, saved 980 s → 20 s; b1 ran 900 s, saved 500 s → 400 s;
+    // b2 ran 800 s, saved 750 s → 50 s; b3 ran 700 s, never saved → 700 s.
+    d.advance_to(Timestamp::from_secs(1001));
+    d.checkpoint(b[0], 980_000);
+    d.checkpoint(b[1], 500_000);
+    d.checkpoint(b[2], 750_000);
+    assert_eq!(d.job(b[0]).unsaved_ms(d.now), 20_000);
+    assert_eq!(d.job(b[1]).unsaved_ms(d.now), 400_000);
+    assert_eq!(d.job(b[2]).unsaved_ms(d.now), 50_000);
+    assert_eq!(d.job(b[3]).unsaved_ms(d.now), 700_000);
+
+    let owner = d.submit(job("owner", 2, 8, "block"));
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    let (beneficiary, cause, victims, planned_at) = p[0].clone();
+    assert_eq!(beneficiary, owner);
+    assert_eq!(
+        cause,
+        PreemptionCause::Reclaim {
+            tenant: "owner".into(),
+            flavor: FLAVOR.into(),
+            quota_deficit: 16
+        }
+    );
+    // Exactly the two with the least unsaved work, and no more than needed.
+    assert_eq!(victim_set(&victims), BTreeSet::from([b[0], b[2]]));
+    let lost: BTreeMap<JobId, u64> = victims
+        .iter()
+        .map(|v| (v.job, v.expected_lost_gpu_ms))
+        .collect();
+    assert!(lost[&b[0]] >= 8 * 20_000 && lost[&b[2]] >= 8 * 50_000);
+    assert!(lost[&b[0]] < lost[&b[2]]);
+    for v in &victims {
+        assert_eq!(d.phase(v.job), Phase::Preempting);
+        assert!(v.deadline > planned_at);
+    }
+    assert_eq!(d.phase(b[1]), Phase::Running);
+    assert_eq!(d.phase(b[3]), Phase::Running);
+    assert_eq!(d.phase(owner), Phase::Queued);
+    let grace = victims
+        .iter()
+        .map(|v| v.deadline.millis_since(planned_at))
+        .max()
+        .unwrap();
+    let first_deadline = victims.iter().map(|v| v.deadline).min().unwrap();
+
+    // b2 completes a checkpoint before its deadline: it stops at the next
+    // cycle and resumes from that new checkpoint, losing nothing.
+    d.advance_ms(first_deadline.millis_since(d.now) / 2);
+    let saved = d.now.millis_since(Timestamp::from_secs(201));
+    d.checkpoint(b[2], saved);
+    let ev = d.run_until_quiet();
+    let stopped = preempted(&ev);
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[&b[2]], (0, Some(ckref(saved, b[2]))));
+    assert_eq!(d.phase(b[2]), Phase::Queued);
+    // The cohort now has 8 GPUs of quota (and a node) free, but they are held
+    // for the owner: the borrower's requeued job is not re-admitted.
+    assert_eq!(d.state.gpus_in_use(), 24);
+    assert_eq!(d.phase(owner), Phase::Queued);
+    assert_eq!(d.phase(b[0]), Phase::Preempting);
+
+    // b0 never checkpoints: at its deadline it stops, losing the work since
+    // its last complete checkpoint, and the owner is admitted and bound in
+    // that same cycle.
+    d.advance_to(Timestamp(planned_at.0 + grace));
+    let ev = d.cycle().events;
+    let stopped = preempted(&ev);
+    let unsaved = d.now.millis_since(Timestamp::from_secs(1 + 980));
+    assert_eq!(stopped[&b[0]], (8 * unsaved, Some(ckref(980_000, b[0]))));
+    assert_eq!(d.phase(owner), Phase::Bound);
+    assert!(d.now.millis_since(planned_at) <= grace);
+    let bound_on: BTreeSet<_> = d.job(owner).assignments.iter().map(|a| a.node).collect();
+    assert_eq!(bound_on.len(), 2);
+    d.run_until_quiet();
+
+    // Requeued borrowers were never admitted ahead of the owner, and stay
+    // queued: the cohort's pool is full again.
+    let plan_idx = first_in_log(&d, |e| matches!(e, Event::PreemptionPlanned { .. })).unwrap();
+    let owner_admitted = admitted_at(&d, owner, plan_idx).unwrap();
+    for v in [b[0], b[2]] {
+        assert!(admitted_at(&d, v, plan_idx).is_none_or(|i| i > owner_admitted));
+        assert_eq!(d.phase(v), Phase::Queued);
+        assert!(matches!(
+            d.job(v).last_reason,
+            Some(PendingReason::CohortExhausted { .. })
+        ));
+    }
+    // They resume from their checkpoints once room returns.
+    d.finish(owner);
+    d.settle();
+    assert_eq!(d.phase(b[0]), Phase::Running);
+    assert_eq!(d.job(b[0]).resume_progress_ms, 980_000);
+    assert_eq!(d.phase(b[2]), Phase::Running);
+    assert_eq!(d.job(b[2]).resume_progress_ms, saved);
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}
+
+#[test]
+fn reclaim_never_takes_from_a_tenant_within_its_nominal_quota() {
+    // `within` uses exactly its nominal 16 with freshly checkpointed (cheap)
+    // jobs; `borrower` borrows 16 with expensive ones. The owner's 2×8 job
+    // must take the expensive ones.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 16));
+    d.tenant(tenant("within").cohort("c").best_effort().quota(FLAVOR, 16));
+    d.tenant(
+        tenant("borrower")
+            .cohort("c")
+            .best_effort()
+            .quota(FLAVOR, 0),
+    );
+    let w: Vec<JobId> = (0..2)
+        .map(|_| d.submit(ckpt_job("within", 1, 8, "node", 600, 60)))
+        .collect();
+    let b: Vec<JobId> = (0..2)
+        .map(|_| d.submit(ckpt_job("borrower", 1, 8, "node", 600, 60)))
+        .collect();
+    d.settle();
+    assert_eq!(d.state.gpus_in_use(), 32);
+    d.advance(1000);
+    for &j in &w {
+        d.checkpoint(j, 999_000);
+    }
+
+    // A job of the owner that would borrow (3×8 > nominal 16) reclaims nothing.
+    let too_big = d.submit(job("owner", 3, 8, "block"));
+    let ev = d.run_until_quiet();
+    assert!(plans(&ev).is_empty(), "{:?}", plans(&ev));
+    d.apply(Event::JobCancelled {
+        job: too_big,
+        at: d.now,
+    });
+
+    let owner = d.submit(job("owner", 2, 8, "block"));
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].0, owner);
+    assert_eq!(victim_set(&p[0].2), b.iter().copied().collect());
+    d.advance(600);
+    d.settle();
+    assert_eq!(d.phase(owner), Phase::Running);
+    for &j in &w {
+        assert_eq!(
+            d.phase(j),
+            Phase::Running,
+            "a job within nominal was touched"
+        );
+        assert_eq!(d.job(j).preemptions, 0);
+    }
+    // The borrower is now at its nominal (0) and the owner at its own: a
+    // second owner job that does not fit its nominal reclaims nothing more.
+    let more = d.submit(job("owner", 1, 8, "node"));
+    d.advance(600);
+    let ev = d.run_until_quiet();
+    assert!(plans(&ev).is_empty());
+    assert_eq!(d.phase(more), Phase::Queued);
+}
+
+#[test]
+fn non_preemptible_borrowers_are_never_chosen() {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 16));
+    d.tenant(
+        tenant("borrower")
+            .cohort("c")
+            .best_effort()
+            .quota(FLAVOR, 16),
+    );
+    let b: Vec<JobId> = (0..4)
+        .map(|_| {
+            d.submit(JobSpec {
+                preemptible: false,
+                ..ckpt_job("borrower", 1, 8, "node", 600, 60)
+            })
+        })
+        .collect();
+    d.settle();
+    let owner = d.submit(job("owner", 1, 8, "node"));
+    let mut all = Vec::new();
+    for _ in 0..10 {
+        d.advance(600);
+        all.extend(d.run_until_quiet());
+    }
+    assert!(plans(&all).is_empty(), "{:?}", plans(&all));
+    assert!(b.iter().all(|&j| d.phase(j) == Phase::Running));
+    assert_eq!(d.phase(owner), Phase::Queued);
+    assert!(matches!(
+        d.job(owner).last_reason,
+        Some(PendingReason::CohortExhausted { .. })
+    ));
+    // It runs as soon as a borrower's job ends.
+    d.finish(b[3]);
+    d.run_until_quiet();
+    assert_eq!(d.phase(owner), Phase::Bound);
+}
+
+#[test]
+fn young_jobs_are_not_victims_until_min_runtime() {
+    let (mut d, b) = borrowed_cluster();
+    // t = 301: b3 started just now; everything else ran ≥ 100 s. With a
+    // minimum runtime of 250 s only b0 (300 s) may be chosen.
+    d.cfg.preemption.min_runtime_ms = 250_000;
+    let owner = d.submit(job("owner", 1, 8, "node"));
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1);
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([b[0]]));
+    assert_eq!(p[0].0, owner);
+}
+
+// ---------------------------------------------------------------- priority
+
+/// Tenant `t` (nominal 16, no cohort) on 2 nodes × 8 runs two low-priority
+/// 1×8 jobs for 300 s; then a priority-5 job arrives.
+fn priority_setup(priority_preemption: bool) -> (Driver, [JobId; 2], JobId) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    let mut t = tenant("t").best_effort().quota(FLAVOR, 16);
+    t.0.priority_preemption = priority_preemption;
+    d.tenant(t);
+    let lo0 = d.submit(ckpt_job("t", 1, 8, "node", 600, 60));
+    d.advance(100);
+    let lo1 = d.submit(ckpt_job("t", 1, 8, "node", 600, 60));
+    d.settle();
+    d.advance(200);
+    // lo0 saved all but 10 s; lo1 saved nothing (200 s unsaved).
+    d.checkpoint(lo0, 290_000);
+    let high = d.submit(JobSpec {
+        priority: 5,
+        ..job("t", 1, 8, "node")
+    });
+    (d, [lo0, lo1], high)
+}
+
+#[test]
+fn higher_priority_job_evicts_a_lower_one_of_its_tenant() {
+    let (mut d, [lo0, lo1], high) = priority_setup(true);
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, high);
+    assert_eq!(
+        p[0].1,
+        PreemptionCause::Priority {
+            tenant: "t".into(),
+            flavor: FLAVOR.into()
+        }
+    );
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([lo0]));
+    assert_eq!(d.phase(lo1), Phase::Running);
+    d.advance_to(p[0].2[0].deadline);
+    let ev = d.settle();
+    assert_eq!(
+        preempted(&ev)[&lo0].1,
+        Some(ckref(290_000, lo0)),
+        "resumes from its last complete checkpoint"
+    );
+    assert_eq!(d.phase(high), Phase::Running);
+    assert_eq!(d.phase(lo0), Phase::Queued);
+    // An equal-priority job is no victim: lo0 waits, nothing is planned for it.
+    d.advance(600);
+    let ev = d.run_until_quiet();
+    assert!(plans(&ev).is_empty());
+    assert_eq!(d.phase(lo1), Phase::Running);
+}
+
+#[test]
+fn priority_preemption_switched_off_evicts_nothing() {
+    let (mut d, [lo0, lo1], high) = priority_setup(false);
+    let mut all = Vec::new();
+    for _ in 0..5 {
+        all.extend(d.run_until_quiet());
+        d.advance(600);
+    }
+    assert!(plans(&all).is_empty());
+    assert_eq!(d.phase(lo0), Phase::Running);
+    assert_eq!(d.phase(lo1), Phase::Running);
+    assert_eq!(d.phase(high), Phase::Queued);
+    assert!(matches!(
+        d.job(high).last_reason,
+        Some(PendingReason::QuotaExceeded { .. })
+    ));
+}
+
+#[test]
+fn higher_priority_gang_blocked_for_room_evicts_lower_ones_of_its_tenant() {
+    // Quota is ample; the block is full. A 2×8 priority job is admitted but
+    // no domain fits (NoDomainFits): it evicts the cheapest two of three
+    // low-priority jobs, never the non-preemptible one.
+    // Reservations are on (the default): the gang's own reservation must
+    // not hide its nodes from the victim search.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("t").best_effort().quota(FLAVOR, 64));
+    let keep = d.submit(JobSpec {
+        preemptible: false,
+        ..job("t", 1, 8, "node")
+    });
+    let lo: Vec<JobId> = (0..3)
+        .map(|_| d.submit(ckpt_job("t", 1, 8, "node", 600, 60)))
+        .collect();
+    d.settle();
+    d.advance(500);
+    d.checkpoint(lo[0], 480_000);
+    d.checkpoint(lo[2], 490_000);
+    let high = d.submit(JobSpec {
+        priority: 5,
+        ..job("t", 2, 8, "block")
+    });
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([lo[0], lo[2]]));
+    d.advance(300);
+    d.settle();
+    assert_eq!(d.phase(high), Phase::Running);
+    assert_eq!(d.phase(keep), Phase::Running);
+    assert_eq!(d.phase(lo[1]), Phase::Running);
+}
+
+#[test]
+fn a_reserved_gang_preempts_for_the_rest_of_its_reserved_nodes() {
+    // The gang's reservation already holds a node freed by a job that ended;
+    // the other is taken by a lower-priority preemptible job.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("t").best_effort().quota(FLAVOR, 64));
+    let fixed = d.submit(JobSpec {
+        preemptible: false,
+        ..job("t", 1, 8, "node")
+    });
+    let lo = d.submit(ckpt_job("t", 1, 8, "node", 600, 60));
+    d.settle();
+    d.advance(100);
+    let high = d.submit(JobSpec {
+        priority: 5,
+        ..job("t", 2, 8, "block")
+    });
+    let ev = d.run_until_quiet();
+    assert!(plans(&ev).is_empty(), "the non-preemptible job stays");
+    assert!(d.state.reservations().contains_key(&high));
+    d.finish(fixed);
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([lo]));
+    d.advance_to(p[0].2[0].deadline);
+    d.settle();
+    assert_eq!(d.phase(high), Phase::Running);
+}
+
+// ---------------------------------------------------------------- reservations
+
+/// One block of 2 nodes × 8 GPUs: r1 (1×8 on n0, max 1000 s) and r2 (1×4 on
+/// n1, max 600 s) run; a 2×8 block gang is blocked.
+fn reservation_setup() -> (Driver, [JobId; 2], JobId) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("t").best_effort().quota(FLAVOR, 64));
+    let r1 = d.submit(JobSpec {
+        max_runtime_s: Some(1000),
+        preemptible: false,
+        ..job("t", 1, 8, "node")
+    });
+    let r2 = d.submit(JobSpec {
+        max_runtime_s: Some(600),
+        preemptible: false,
+        ..job("t", 1, 4, "node")
+    });
+    d.settle();
+    let gang = d.submit(job("t", 2, 8, "block"));
+    (d, [r1, r2], gang)
+}
+
+fn reservation_start(events: &[Event], id: JobId) -> Option<Option<Timestamp>> {
+    events.iter().rev().find_map(|e| match e {
+        Event::ReservationMade { job, start, .. } if *job == id => Some(*start),
+        _ => None,
+    })
+}
+
+#[test]
+fn backfill_never_delays_a_reservation() {
+    let (mut d, [r1, r2], gang) = reservation_setup();
+    let t0 = d.now;
+    let ev = d.run_until_quiet();
+    let start = reservation_start(&ev, gang)
+        .expect("the blocked gang gets a reservation")
+        .expect("max runtimes guarantee a start");
+    assert_eq!(start, t0.plus_secs(1000));
+    assert_eq!(d.phase(gang), Phase::Admitted);
+
+    // Non-preemptible small jobs: one ends after the start, one before.
+    let late = d.submit(JobSpec {
+        max_runtime_s: Some(2000),
+        preemptible: false,
+        ..job("t", 1, 4, "node")
+    });
+    let early = d.submit(JobSpec {
+        max_runtime_s: Some(500),
+        preemptible: false,
+        ..job("t", 1, 4, "node")
+    });
+    let ev = d.settle();
+    assert_eq!(d.phase(early), Phase::Running);
+    assert!(ev.iter().any(|e| matches!(
+        e,
+        Event::JobBound { job, backfill_for: Some(o), .. } if *job == early && *o == gang
+    )));
+    assert_eq!(d.phase(late), Phase::Admitted, "it would delay the gang");
+
+    // Jobs end at (or before) their max runtimes; the gang starts no later
+    // than its reservation's start, and before `late`.
+    d.advance(500);
+    d.finish(early);
+    d.settle();
+    assert_eq!(d.phase(late), Phase::Admitted);
+    d.advance(100);
+    d.finish(r2);
+    d.settle();
+    assert_eq!(d.phase(late), Phase::Admitted);
+    assert_eq!(d.phase(gang), Phase::Admitted);
+    d.advance_to(start);
+    d.finish(r1);
+    d.settle();
+    assert_eq!(d.phase(gang), Phase::Running);
+    assert!(d.job(gang).started_at.unwrap() <= start);
+    assert_eq!(d.phase(late), Phase::Admitted);
+    assert!(d.state.reservations().get(&gang).is_none());
+}
+
+#[test]
+fn preemptible_backfill_leaves_when_the_reservation_could_start() {
+    let (mut d, [r1, r2], gang) = reservation_setup();
+    let ev = d.run_until_quiet();
+    assert!(reservation_start(&ev, gang).is_some());
+    // Preemptible, no max runtime: may backfill, and must leave.
+    let pre = d.submit(ckpt_job("t", 1, 4, "node", 600, 60));
+    d.settle();
+    assert_eq!(d.phase(pre), Phase::Running);
+    assert_eq!(d.job(pre).backfill_for, Some(gang));
+    d.advance(200);
+    d.checkpoint(pre, 150_000);
+    d.advance(400);
+    d.finish(r2);
+    d.finish(r1);
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, gang);
+    assert_eq!(p[0].1, PreemptionCause::Reservation);
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([pre]));
+    assert_eq!(p[0].2[0].deadline, d.now, "backfill gets no grace");
+    let stopped = preempted(&ev);
+    assert_eq!(stopped[&pre], (4 * 450_000, Some(ckref(150_000, pre))));
+    assert_eq!(d.phase(gang), Phase::Bound);
+}
+
+/// A stream of 1-GPU jobs (one every 3 s, each running 270 s: 90 at once)
+/// on 2 blocks × 8 nodes × 8 GPUs; at 300 s an 8×8 block gang arrives.
+/// Returns when the gang started, if it did before the stream ended (1800 s).
+fn stream(reservations: usize, preemptible: bool) -> Option<u64> {
+    let mut d = Driver::new(CycleConfig {
+        reservations,
+        ..CycleConfig::default()
+    });
+    d.cluster(1, 2, 8, 8, FLAVOR);
+    d.tenant(tenant("small").best_effort().quota(FLAVOR, 1024));
+    d.tenant(tenant("big").quota(FLAVOR, 1024));
+    let mut gang = None;
+    // End time → (job, start of the run that ends then).
+    let mut ends: BTreeMap<u64, Vec<(JobId, Timestamp)>> = BTreeMap::new();
+    let t0 = d.now;
+    for step in 0..600u64 {
+        let t = step * 3;
+        d.advance_to(t0.plus_secs(t));
+        for (j, run) in ends.remove(&t).unwrap_or_default() {
+            if d.phase(j) == Phase::Running && d.job(j).started_at == Some(run) {
+                d.finish(j);
+            }
+        }
+        if t == 300 {
+            gang = Some(d.submit(job("big", 8, 8, "block")));
+        }
+        d.submit(JobSpec {
+            preemptible,
+            ..job("small", 1, 1, "block")
+        });
+        d.settle();
+        for &j in &d.jobs {
+            let job = d.job(j);
+            // A (re)start schedules the end of that run.
+            if job.phase == Phase::Running && job.started_at == Some(d.now) && Some(j) != gang {
+                ends.entry(t + 270).or_default().push((j, d.now));
+            }
+        }
+        if let Some(g) = gang {
+            if d.phase(g) == Phase::Running {
+                return Some(t - 300);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn a_big_gang_is_not_starved_by_a_stream_of_small_jobs() {
+    for preemptible in [false, true] {
+        let with = stream(4, preemptible);
+        let without = stream(0, preemptible);
+        let waited = with.expect("with reservations the gang starts during the stream");
+        assert!(
+            waited <= 300,
+            "preemptible {preemptible}: waited {waited} s"
+        );
+        // Without reservations the 90 small jobs always leave both blocks
+        // partly used: the gang never starts while the stream lasts.
+        assert_eq!(without, None, "preemptible {preemptible}");
+    }
+}
+
+// ---------------------------------------------------------------- node loss
+
+#[test]
+fn node_loss_requeues_from_the_last_complete_checkpoint_on_its_flavor() {
+    let mut d = Driver::default();
+    let n = d.cluster(1, 1, 2, 8, FLAVOR);
+    let other = d.add_node("r0", "b1", 8, "a100");
+    d.tenant(tenant("t").quota(FLAVOR, 16).quota("a100", 8));
+    let j = d.submit(ckpt_job("t", 1, 8, "node", 300, 30));
+    d.settle();
+    assert_eq!(d.job(j).flavor, d.state.flavor(FLAVOR));
+    let on = d.job(j).assignments[0].node;
+    let started = d.job(j).started_at.unwrap();
+    d.advance(330);
+    d.checkpoint(j, 300_000);
+    d.advance(170);
+    // Unsaved: 500 s ran − 300 s saved.
+    d.apply(Event::NodeLost {
+        node: on,
+        at: d.now,
+    });
+    let requeues = gpusched_core::recovery::decide(&d.state, d.now);
+    assert_eq!(
+        requeues,
+        vec![Event::JobRequeued {
+            job: j,
+            reason: RequeueReason::NodeLost { node: on },
+            lost_gpu_ms: 8 * 200_000,
+            at: d.now
+        }]
+    );
+    assert_eq!(d.now.millis_since(started), 500_000);
+    for e in requeues {
+        d.apply(e);
+    }
+    assert_eq!(d.phase(j), Phase::Queued);
+    assert_eq!(d.job(j).resume_progress_ms, 300_000);
+    // It may not resume on another flavor than its checkpoint's.
+    let refused = d.try_apply(Event::JobAdmitted {
+        job: j,
+        flavor: "a100".into(),
+        borrowed: 0,
+        at: d.now,
+    });
+    assert!(
+        matches!(
+            refused,
+            Err(ApplyError::IncompatibleResume { .. } | ApplyError::BadFlavor(_))
+        ),
+        "{refused:?}"
+    );
+    d.settle();
+    assert_eq!(d.phase(j), Phase::Running);
+    assert_eq!(d.job(j).flavor, d.state.flavor(FLAVOR));
+    let now_on = d.job(j).assignments[0].node;
+    assert_ne!(now_on, on);
+    assert_ne!(now_on, other);
+    assert!(n.contains(&now_on));
+    assert_eq!(d.job(j).resume_progress_ms, 300_000);
+    assert_eq!(d.job(j).lost_gpu_ms, 8 * 200_000);
+}
+
+#[test]
+fn node_loss_through_a_cycle_counts_only_unsaved_work() {
+    let mut d = Driver::default();
+    let n = d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("t").quota(FLAVOR, 16));
+    let j = d.submit(ckpt_job("t", 1, 8, "node", 100, 10));
+    d.settle();
+    d.advance(110);
+    d.checkpoint(j, 100_000);
+    d.advance(40);
+    let on = d.job(j).assignments[0].node;
+    d.apply(Event::NodeLost {
+        node: on,
+        at: d.now,
+    });
+    let ev = d.settle();
+    assert!(ev.iter().any(|e| matches!(
+        e,
+        Event::JobRequeued { job, lost_gpu_ms, .. } if *job == j && *lost_gpu_ms == 8 * 50_000
+    )));
+    assert_eq!(d.phase(j), Phase::Running);
+    assert_eq!(d.job(j).resume_progress_ms, 100_000);
+    assert!(n.contains(&d.job(j).assignments[0].node));
+}
+
+// ---------------------------------------------------------------- apply
+
+#[test]
+fn apply_refuses_illegal_preemption_events_and_changes_nothing() {
+    let mut d = Driver::default();
+    let n = d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("t").best_effort().quota(FLAVOR, 64));
+    let fixed = d.place_manually(
+        JobSpec {
+            preemptible: false,
+            ..job("t", 1, 8, "node")
+        },
+        &[(n[0], 8)],
+    );
+    let soft = d.place_manually(ckpt_job("t", 1, 8, "node", 60, 5), &[(n[1], 8)]);
+    let waiting = d.submit(JobSpec {
+        priority: 9,
+        ..job("t", 1, 8, "node")
+    });
+    d.apply(Event::JobAccepted { job: waiting });
+    d.advance(100);
+    d.checkpoint(soft, 60_000);
+
+    let victim = |job: JobId, at: Timestamp| Victim {
+        job,
+        deadline: at.plus_secs(30),
+        expected_lost_gpu_ms: 0,
+        cost: 0,
+    };
+    let cause = PreemptionCause::Priority {
+        tenant: "t".into(),
+        flavor: FLAVOR.into(),
+    };
+    let hash = d.state.state_hash();
+
+    // A non-preemptible victim.
+    let r = d.try_apply(Event::PreemptionPlanned {
+        beneficiary: waiting,
+        cause: cause.clone(),
+        victims: vec![victim(fixed, d.now)],
+        reserve: vec![],
+        at: d.now,
+    });
+    assert!(matches!(r, Err(ApplyError::BadPreemption { job, .. }) if job == fixed));
+    assert_eq!(d.state.state_hash(), hash);
+    assert_eq!(d.phase(fixed), Phase::Running);
+
+    // Nor mixed into a set with a legal one.
+    let r = d.try_apply(Event::PreemptionPlanned {
+        beneficiary: waiting,
+        cause: cause.clone(),
+        victims: vec![victim(soft, d.now), victim(fixed, d.now)],
+        reserve: vec![Assignment {
+            node: n[1],
+            gpus: 8,
+        }],
+        at: d.now,
+    });
+    assert!(r.is_err());
+    assert_eq!(d.state.state_hash(), hash);
+    assert_eq!(d.phase(soft), Phase::Running);
+
+    // A checkpoint whose progress goes back.
+    let r = d.try_apply(Event::JobCheckpointed {
+        job: soft,
+        progress_ms: 59_000,
+        uri: "ckpt://older".into(),
+        at: d.now,
+    });
+    assert!(matches!(r, Err(ApplyError::Invalid(f)) if f.field == "progress_ms"));
+    assert_eq!(d.state.state_hash(), hash);
+
+    // A legal plan, then stops that do not resume from the last complete
+    // checkpoint.
+    d.apply(Event::PreemptionPlanned {
+        beneficiary: waiting,
+        cause,
+        victims: vec![victim(soft, d.now)],
+        reserve: vec![],
+        at: d.now,
+    });
+    assert_eq!(d.phase(soft), Phase::Preempting);
+    let hash = d.state.state_hash();
+    for resume_from in [
+        None,
+        Some(ckref(30_000, soft)),
+        Some(CheckpointRef {
+            progress_ms: 60_000,
+            uri: "ckpt://elsewhere".into(),
+        }),
+    ] {
+        let r = d.try_apply(Event::JobPreempted {
+            job: soft,
+            lost_gpu_ms: 0,
+            resume_from,
+            at: d.now,
+        });
+        assert!(
+            matches!(r, Err(ApplyError::IncompatibleResume { .. })),
+            "{r:?}"
+        );
+        assert_eq!(d.state.state_hash(), hash);
+        assert_eq!(d.phase(soft), Phase::Preempting);
+    }
+    d.apply(Event::JobPreempted {
+        job: soft,
+        lost_gpu_ms: 8 * 40_000,
+        resume_from: Some(ckref(60_000, soft)),
+        at: d.now,
+    });
+    assert_eq!(d.phase(soft), Phase::Queued);
+    assert_eq!(d.job(soft).resume_progress_ms, 60_000);
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}

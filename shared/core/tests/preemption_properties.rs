@@ -1,0 +1,553 @@
+//! Property tests of preemption, reservations and checkpoints: random
+//! clusters, tenants (cohorts, nominal/borrowing/lending, priority
+//! preemption on or off), jobs (preemptible or not, checkpoint policy, max
+//! runtime, priority) and interleavings of cycles, time, agent checkpoints
+//! (monotonic per run), starts, finishes and node losses. After every step:
+//! invariants 1–3 (`check_invariants`); 4 — no non-preemptible job is ever
+//! a victim, preempted or in `Preempting`; 5 — every start of a job with a
+//! complete checkpoint is on that checkpoint's flavor and resumes from its
+//! progress, every preemption resumes from the last complete checkpoint,
+//! and lost work is exactly the GPU-time since it; 6 — the log replays to
+//! the same state hash.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{job, tenant, Driver};
+use gpusched_core::{CycleConfig, Phase, PreemptionConfig, VictimOrder};
+use gpusched_events::{CheckpointRef, Event};
+use gpusched_model::{CheckpointPolicy, JobId, NodeId, Timestamp};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const TOPOLOGIES: [&str; 4] = ["node", "block", "rack", "any"];
+const MAX_JOBS: usize = 50;
+
+#[derive(Clone, Debug)]
+struct QuotaGen {
+    nominal: u32,
+    borrowing: Option<u32>,
+    lending: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct TenantGen {
+    cohort: Option<u8>,
+    best_effort: bool,
+    priority_preemption: bool,
+    a: QuotaGen,
+    b: Option<QuotaGen>,
+}
+
+#[derive(Clone, Debug)]
+struct ClusterGen {
+    racks: u32,
+    blocks_per_rack: u32,
+    nodes_per_block: u32,
+    /// Per block: GPUs per node (4 or 8) and whether its flavor is `b`.
+    blocks: Vec<(u32, bool)>,
+}
+
+#[derive(Clone, Debug)]
+struct JobGen {
+    tenant: usize,
+    workers: u32,
+    gpw: u32,
+    topology: usize,
+    priority: i32,
+    flavors: u8,
+    preemptible: bool,
+    checkpoint: Option<(u64, u64)>,
+    max_runtime_s: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Submit(JobGen),
+    Cycle,
+    Start(usize),
+    Finish(usize),
+    /// A complete checkpoint of a running or preempting job, capturing all
+    /// but this many seconds of its work.
+    Checkpoint(usize, u64),
+    Lose(usize),
+    AddNode(usize),
+    Advance(u64),
+}
+
+fn quota_gen() -> impl Strategy<Value = QuotaGen> {
+    (
+        0u32..=24,
+        proptest::option::of(0u32..=16),
+        proptest::option::weighted(0.3, 0u32..=24),
+    )
+        .prop_map(|(nominal, borrowing, lending)| QuotaGen {
+            nominal,
+            borrowing,
+            lending,
+        })
+}
+
+fn tenant_gen() -> impl Strategy<Value = TenantGen> {
+    (
+        proptest::option::weighted(0.85, 0u8..2),
+        any::<bool>(),
+        proptest::bool::weighted(0.7),
+        quota_gen(),
+        proptest::option::weighted(0.25, quota_gen()),
+    )
+        .prop_map(
+            |(cohort, best_effort, priority_preemption, a, b)| TenantGen {
+                cohort,
+                best_effort,
+                priority_preemption,
+                a,
+                b,
+            },
+        )
+}
+
+fn cluster_gen() -> impl Strategy<Value = ClusterGen> {
+    (
+        1u32..=2,
+        1u32..=2,
+        1u32..=3,
+        proptest::collection::vec(
+            (
+                prop_oneof![Just(4u32), Just(8u32)],
+                proptest::bool::weighted(0.2),
+            ),
+            6,
+        ),
+    )
+        .prop_map(
+            |(racks, blocks_per_rack, nodes_per_block, blocks)| ClusterGen {
+                racks,
+                blocks_per_rack,
+                nodes_per_block,
+                blocks,
+            },
+        )
+}
+
+fn job_gen() -> impl Strategy<Value = JobGen> {
+    (
+        (
+            0usize..8,
+            1u32..=4,
+            prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
+            0usize..4,
+            0i32..=3,
+            prop_oneof![6 => Just(0u8), 1 => Just(1), 1 => Just(2)],
+        ),
+        (
+            proptest::bool::weighted(0.75),
+            proptest::option::weighted(0.6, (prop_oneof![Just(60u64), Just(300)], 5u64..=120)),
+            proptest::option::weighted(0.4, 30u64..=1200),
+        ),
+    )
+        .prop_map(
+            |(
+                (tenant, workers, gpw, topology, priority, flavors),
+                (preemptible, checkpoint, max_runtime_s),
+            )| JobGen {
+                tenant,
+                workers,
+                gpw,
+                topology,
+                priority,
+                flavors,
+                preemptible,
+                checkpoint,
+                max_runtime_s,
+            },
+        )
+}
+
+fn op_gen() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => job_gen().prop_map(Op::Submit),
+        7 => Just(Op::Cycle),
+        4 => any::<usize>().prop_map(Op::Start),
+        1 => any::<usize>().prop_map(Op::Finish),
+        3 => (any::<usize>(), prop_oneof![Just(0u64), Just(5), Just(40)])
+            .prop_map(|(s, lag)| Op::Checkpoint(s, lag)),
+        1 => any::<usize>().prop_map(Op::Lose),
+        1 => any::<usize>().prop_map(Op::AddNode),
+        4 => prop_oneof![1u64..=20, 20u64..=400].prop_map(Op::Advance),
+    ]
+}
+
+fn config_gen() -> impl Strategy<Value = CycleConfig> {
+    (
+        (1usize..=8, 1usize..=8, 0usize..=4),
+        (
+            prop_oneof![Just(0u64), Just(10_000), Just(60_000)],
+            prop_oneof![Just(0u64), Just(30_000)],
+            prop_oneof![Just(0u64), Just(120_000)],
+            1usize..=16,
+            1usize..=64,
+            any::<bool>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (max_heads, max_heads_per_tenant, reservations),
+                (
+                    min_runtime_ms,
+                    grace_ms,
+                    max_checkpoint_grace_ms,
+                    max_sets,
+                    max_candidates,
+                    kueue,
+                ),
+            )| CycleConfig {
+                max_heads,
+                max_heads_per_tenant,
+                reservations,
+                preemption: PreemptionConfig {
+                    min_runtime_ms,
+                    grace_ms,
+                    max_checkpoint_grace_ms,
+                    max_sets,
+                    max_candidates,
+                    order: if kueue {
+                        VictimOrder::Kueue
+                    } else {
+                        VictimOrder::Checkpoint
+                    },
+                    ..PreemptionConfig::default()
+                },
+                ..CycleConfig::default()
+            },
+        )
+}
+
+fn setup(d: &mut Driver, c: &ClusterGen, tenants: &[TenantGen]) {
+    d.apply(Event::TopologyConfigured {
+        levels: vec!["rack".into(), "block".into()],
+    });
+    for r in 0..c.racks {
+        for b in 0..c.blocks_per_rack {
+            let (gpus, flavor_b) = c.blocks[(r * c.blocks_per_rack + b) as usize];
+            let flavor = if flavor_b { "b" } else { "a" };
+            for _ in 0..c.nodes_per_block {
+                d.add_node(&format!("r{r}"), &format!("b{b}"), gpus, flavor);
+            }
+        }
+    }
+    for (i, t) in tenants.iter().enumerate() {
+        let mut tb = tenant(&format!("t{i}"));
+        tb.0.priority_preemption = t.priority_preemption;
+        if let Some(c) = t.cohort {
+            tb = tb.cohort(&format!("c{c}"));
+        }
+        if t.best_effort {
+            tb = tb.best_effort();
+        }
+        for (flavor, q) in [("a", Some(&t.a)), ("b", t.b.as_ref())] {
+            let Some(q) = q else { continue };
+            tb = tb.quota(flavor, q.nominal);
+            if let Some(l) = q.borrowing {
+                tb = tb.borrowing(l);
+            }
+            if let Some(l) = q.lending {
+                tb = tb.lending(l);
+            }
+        }
+        d.tenant(tb);
+    }
+}
+
+fn pick<T: Copy>(v: &[T], sel: usize) -> Option<T> {
+    (!v.is_empty()).then(|| v[sel % v.len()])
+}
+
+/// What the log says about one job's runs and checkpoints.
+#[derive(Clone, Debug, Default)]
+struct JobModel {
+    /// Last complete checkpoint: reference and flavor it was taken on.
+    ckpt: Option<(CheckpointRef, String)>,
+    /// Start of the current run.
+    run_start: Option<Timestamp>,
+    /// Progress the current run resumed from.
+    resume: u64,
+}
+
+/// Checks invariants 4 and 5 over the events applied since `from`, against
+/// a model built from the log alone.
+struct Checker {
+    from: usize,
+    jobs: BTreeMap<JobId, JobModel>,
+    /// Counts, for the stats line.
+    plans: u64,
+    preempted: u64,
+    resumed: u64,
+}
+
+impl Checker {
+    fn new() -> Self {
+        Checker {
+            from: 0,
+            jobs: BTreeMap::new(),
+            plans: 0,
+            preempted: 0,
+            resumed: 0,
+        }
+    }
+
+    fn lost_since_checkpoint(&self, d: &Driver, job: JobId, at: Timestamp) -> u64 {
+        let m = &self.jobs[&job];
+        let Some(start) = m.run_start else { return 0 };
+        let saved = m
+            .ckpt
+            .as_ref()
+            .map_or(0, |(c, _)| c.progress_ms.saturating_sub(m.resume));
+        d.job(job).spec.total_gpus() as u64 * at.millis_since(Timestamp(start.0 + saved))
+    }
+
+    fn check(&mut self, d: &Driver) -> Result<(), String> {
+        let events = d.log[self.from..].to_vec();
+        self.from = d.log.len();
+        for e in &events {
+            match e {
+                Event::JobSubmitted { job, .. } => {
+                    self.jobs.insert(*job, JobModel::default());
+                }
+                Event::PreemptionPlanned { victims, .. } => {
+                    self.plans += 1;
+                    for v in victims {
+                        if !d.job(v.job).spec.preemptible {
+                            return Err(format!(
+                                "non-preemptible job {} planned as a victim",
+                                v.job
+                            ));
+                        }
+                    }
+                }
+                Event::JobPreempted {
+                    job,
+                    lost_gpu_ms,
+                    resume_from,
+                    at,
+                } => {
+                    self.preempted += 1;
+                    if !d.job(*job).spec.preemptible {
+                        return Err(format!("non-preemptible job {job} preempted"));
+                    }
+                    let last = self.jobs[job].ckpt.as_ref().map(|(c, _)| c.clone());
+                    if *resume_from != last {
+                        return Err(format!(
+                            "job {job} preempted to resume from {resume_from:?}, last complete checkpoint {last:?}"
+                        ));
+                    }
+                    let want = self.lost_since_checkpoint(d, *job, *at);
+                    if *lost_gpu_ms != want {
+                        return Err(format!(
+                            "job {job} preempted losing {lost_gpu_ms}, not {want}"
+                        ));
+                    }
+                    self.jobs.get_mut(job).unwrap().run_start = None;
+                }
+                Event::JobRequeued {
+                    job,
+                    lost_gpu_ms,
+                    at,
+                    ..
+                } => {
+                    let want = self.lost_since_checkpoint(d, *job, *at);
+                    if *lost_gpu_ms != want {
+                        return Err(format!(
+                            "job {job} requeued losing {lost_gpu_ms}, not {want}"
+                        ));
+                    }
+                    self.jobs.get_mut(job).unwrap().run_start = None;
+                }
+                Event::JobCheckpointed {
+                    job,
+                    progress_ms,
+                    uri,
+                    ..
+                } => {
+                    let flavor = d
+                        .job(*job)
+                        .flavor
+                        .map(|f| d.state.flavor_name(f).to_string())
+                        .ok_or("checkpoint of a job without a flavor")?;
+                    self.jobs.get_mut(job).unwrap().ckpt = Some((
+                        CheckpointRef {
+                            progress_ms: *progress_ms,
+                            uri: uri.clone(),
+                        },
+                        flavor,
+                    ));
+                }
+                Event::JobStarted { job, at } => {
+                    let j = d.job(*job);
+                    let m = self.jobs.get_mut(job).unwrap();
+                    if let Some((c, flavor)) = &m.ckpt {
+                        self.resumed += 1;
+                        let on = j.flavor.map(|f| d.state.flavor_name(f).to_string());
+                        if on.as_deref() != Some(flavor.as_str()) {
+                            return Err(format!(
+                                "job {job} resumed on {on:?}, its checkpoint is on {flavor}"
+                            ));
+                        }
+                        if j.resume_progress_ms != c.progress_ms {
+                            return Err(format!(
+                                "job {job} resumed from {} ms, its checkpoint holds {}",
+                                j.resume_progress_ms, c.progress_ms
+                            ));
+                        }
+                    } else if j.resume_progress_ms != 0 {
+                        return Err(format!("job {job} resumed without a checkpoint"));
+                    }
+                    m.run_start = Some(*at);
+                    m.resume = j.resume_progress_ms;
+                }
+                _ => {}
+            }
+        }
+        for &j in &d.jobs {
+            let job = d.job(j);
+            if job.phase == Phase::Preempting && !job.spec.preemptible {
+                return Err(format!("non-preemptible job {j} is preempting"));
+            }
+        }
+        d.state.check_invariants()
+    }
+}
+
+fn step(d: &mut Driver, tenants: usize, op: &Op) {
+    let node_count = d.state.nodes().len();
+    let node = |sel: usize| NodeId((sel % node_count) as u32);
+    match op {
+        Op::Submit(g) => {
+            if d.jobs.len() < MAX_JOBS {
+                let mut spec = job(
+                    &format!("t{}", g.tenant % tenants),
+                    g.workers,
+                    g.gpw,
+                    TOPOLOGIES[g.topology],
+                );
+                spec.priority = g.priority;
+                spec.preemptible = g.preemptible;
+                spec.checkpoint = g
+                    .checkpoint
+                    .map(|(interval_s, duration_s)| CheckpointPolicy {
+                        interval_s,
+                        duration_s,
+                    });
+                spec.max_runtime_s = g.max_runtime_s;
+                spec.flavors = match g.flavors {
+                    0 => vec![],
+                    1 => vec!["a".into()],
+                    _ => vec!["b".into(), "a".into()],
+                };
+                d.submit(spec);
+            }
+        }
+        Op::Cycle => {
+            d.cycle();
+        }
+        // The agent starts one bound job, or (one time in three) all of them.
+        Op::Start(sel) => {
+            if sel % 3 == 0 {
+                d.start_bound();
+            } else if let Some(j) = pick(&d.in_phase(Phase::Bound), *sel) {
+                d.apply(Event::JobStarted { job: j, at: d.now });
+            }
+        }
+        Op::Finish(sel) => {
+            let mut running = d.in_phase(Phase::Running);
+            running.extend(d.in_phase(Phase::Preempting));
+            if let Some(j) = pick(&running, *sel) {
+                d.finish(j);
+            }
+        }
+        Op::Checkpoint(sel, lag) => {
+            let mut running = d.in_phase(Phase::Running);
+            running.extend(d.in_phase(Phase::Preempting));
+            if let Some(j) = pick(&running, *sel) {
+                let job = d.job(j);
+                let ran = d.now.millis_since(job.started_at.unwrap());
+                let done = job.resume_progress_ms + ran.saturating_sub(lag * 1000);
+                let last = job.last_checkpoint.as_ref().map_or(0, |c| c.progress_ms);
+                d.checkpoint(j, done.max(last).max(job.resume_progress_ms));
+            }
+        }
+        Op::Lose(sel) => {
+            let _ = d.try_apply(Event::NodeLost {
+                node: node(*sel),
+                at: d.now,
+            });
+        }
+        Op::AddNode(sel) => {
+            let spec = d.state.nodes()[node(*sel).index()].spec.clone();
+            d.add_node(&spec.path[0], &spec.path[1], spec.gpus, &spec.flavor);
+        }
+        Op::Advance(s) => d.advance(*s),
+    }
+}
+
+fn run(
+    c: &ClusterGen,
+    tenants: &[TenantGen],
+    cfg: CycleConfig,
+    ops: &[Op],
+) -> Result<(Driver, Checker), TestCaseError> {
+    let mut d = Driver::new(cfg);
+    setup(&mut d, c, tenants);
+    let mut chk = Checker::new();
+    for op in ops {
+        step(&mut d, tenants.len(), op);
+        chk.check(&d)
+            .map_err(|e| TestCaseError::fail(format!("after {op:?}: {e}")))?;
+    }
+    // Drain: the agent starts what is bound, checkpoints and finishes work
+    // while time passes, so plans run to their end.
+    for i in 0..300u64 {
+        let out = d.cycle();
+        chk.check(&d).map_err(TestCaseError::fail)?;
+        d.start_bound();
+        chk.check(&d).map_err(TestCaseError::fail)?;
+        d.advance(30);
+        if i % 3 == 0 {
+            step(&mut d, tenants.len(), &Op::Checkpoint(i as usize, 0));
+            chk.check(&d).map_err(TestCaseError::fail)?;
+        }
+        if i % 2 == 1 {
+            step(&mut d, tenants.len(), &Op::Finish(i as usize));
+            chk.check(&d).map_err(TestCaseError::fail)?;
+        }
+        let busy = d.jobs.iter().any(|&j| d.phase(j).holds_gpus());
+        if out.events.is_empty() && !busy {
+            break;
+        }
+    }
+    Ok((d, chk))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: std::env::var("GPUSCHED_PROP_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64), ..ProptestConfig::default() })]
+
+    /// Invariants 1–6 under random preemption, reservations and checkpoints.
+    #[test]
+    fn preemption_keeps_invariants_and_replays(
+        c in cluster_gen(),
+        tenants in proptest::collection::vec(tenant_gen(), 1..=4),
+        cfg in config_gen(),
+        ops in proptest::collection::vec(op_gen(), 1..160),
+    ) {
+        let (d, chk) = run(&c, &tenants, cfg, &ops)?;
+        let replayed = d.replay();
+        prop_assert_eq!(replayed.state_hash(), d.state.state_hash());
+        prop_assert_eq!(replayed.phase_counts(), d.state.phase_counts());
+        if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
+            eprintln!(
+                "jobs {} plans {} preempted {} resumed {} events {}",
+                d.jobs.len(), chk.plans, chk.preempted, chk.resumed, d.log.len()
+            );
+        }
+    }
+}
