@@ -1,15 +1,15 @@
 //! Cycle time against queue depth: the loop must be bounded (BRIEF §2).
 //!
 //! Builds a 10,000-node cluster (40 racks × 10 blocks × 25 nodes × 8 GPUs),
-//! loads it to about 70% with a mix of jobs and gangs, then queues 1k, 10k,
-//! 100k and 1M pending jobs and times one scheduling decision pass (quota
-//! admission of K heads, then placement of K admitted jobs) with an empty
-//! scan memo, so every pass does its full bounded work. Prints p50/p99/max
+//! loads it with 14,500 mixed jobs and gangs (about 80% of its GPUs), then queues 1k, 10k,
+//! 100k and 1M pending jobs and times one scheduling decision pass
+//! (preemption, quota admission of K heads, then placement of K admitted
+//! jobs) with an empty scan memo, so every pass does its full bounded work. Prints p50/p99/max
 //! per depth and the p99 ratio of 1M to 1k in the same run.
 //!
 //! Run: `cargo bench -p gpusched-core --bench cycle` (add `-- quick` for 1k and 100k only).
 
-use gpusched_core::{placement, quota, run_cycle, CycleConfig, ScanMemo, State};
+use gpusched_core::{placement, preemption, quota, run_cycle, CycleConfig, ScanMemo, State};
 use gpusched_events::Event;
 use gpusched_model::{
     FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, QueueingMode, TenantSpec, Timestamp,
@@ -113,7 +113,7 @@ fn main() {
     let cfg = CycleConfig::default();
     let iters = 300;
     println!(
-        "cycle time vs pending depth; 10,000 nodes × 8 GPUs, ~70% loaded, K = {}",
+        "cycle time vs pending depth; 10,000 nodes × 8 GPUs, K = {}",
         cfg.max_heads
     );
     println!(
@@ -124,7 +124,7 @@ fn main() {
     for &n in sizes {
         let mut s = cluster();
         let mut next = 1u64;
-        // Load the cluster to ~70% with a filler population.
+        // Load the cluster with a filler population.
         submit(&mut s, &mut next, 14_500);
         let mut memo = ScanMemo::default();
         for _ in 0..10_000 {
@@ -155,6 +155,8 @@ fn main() {
         let (mut heads, mut probes) = (0, 0);
         for _ in 0..iters {
             let t = Instant::now();
+            let (p, _) = preemption::decide(&s, &mut ScanMemo::default(), &cfg, Timestamp(2));
+            std::hint::black_box(p);
             let (a, qs) = quota::decide(&s, &mut ScanMemo::default(), &cfg, Timestamp(2));
             let (b, ps) = placement::decide(&s, &mut ScanMemo::default(), &cfg, Timestamp(2));
             times.push(t.elapsed().as_secs_f64() * 1e6);
