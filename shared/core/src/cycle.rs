@@ -36,6 +36,10 @@ pub struct CycleConfig {
     pub max_heads_per_tenant: usize,
     /// Submissions validated per cycle.
     pub max_validations: usize,
+    /// A best-effort queue stops letting jobs pass a head blocked for quota
+    /// once that head has waited this long since submission, so small jobs
+    /// cannot starve it (0: never), ms.
+    pub starvation_ms: u64,
 }
 
 impl Default for CycleConfig {
@@ -47,6 +51,7 @@ impl Default for CycleConfig {
             max_heads: 256,
             max_heads_per_tenant: 64,
             max_validations: 4096,
+            starvation_ms: 3_600_000,
         }
     }
 }

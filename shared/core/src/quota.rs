@@ -4,7 +4,10 @@
 //! ≤ what members lend), flavor choice in the job's preference order, and
 //! the order in which tenants' heads are examined: tenants that stay within
 //! nominal first, then borrowers by lowest weighted dominant share; within a
-//! tenant, priority then submit order. At most `max_heads` heads a cycle.
+//! tenant, priority then submit order. At most `max_heads` heads a cycle. A
+//! best-effort queue lets jobs pass a blocked head only until that head has
+//! waited `starvation_ms`: then it holds the queue, so a stream of small jobs
+//! cannot starve a large one.
 //!
 //! Must never: allocate GPUs (placement does), or scan a whole queue: a
 //! strict-FIFO tenant stops at its blocked head, a best-effort one looks at
@@ -455,7 +458,12 @@ pub fn decide(
                 // no flavor of the tenant has room for even one more GPU.
                 // A tenant below nominal somewhere goes on too: its jobs may
                 // reclaim lent quota, and each needs its reason recorded.
+                // A head that has waited past the starvation window holds the
+                // queue as in strict FIFO: nothing passes it any more.
+                let starving = cfg.starvation_ms > 0
+                    && now.millis_since(job.submitted_at) >= cfg.starvation_ms;
                 let go_on = tenant.spec.queueing == QueueingMode::BestEffortFifo
+                    && !starving
                     && *d < cfg.max_heads_per_tenant
                     && tenant.flavor_order.iter().any(|&f| {
                         check(state, &ov, t, f, 1).is_ok()

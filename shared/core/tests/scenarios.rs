@@ -976,3 +976,36 @@ fn explain_names_the_blocked_head_and_the_queue_position() {
         None
     );
 }
+
+#[test]
+fn best_effort_stops_passing_a_head_that_waited_past_the_starvation_window() {
+    let mut d = Driver::new(CycleConfig {
+        starvation_ms: 3_600_000,
+        ..CycleConfig::default()
+    });
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("a").best_effort().quota(FLAVOR, 8));
+    let first = d.submit(job("a", 1, 4, "node"));
+    let head = d.submit(job("a", 1, 8, "node"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(first), Phase::Bound);
+    // Young head: a small job may pass it.
+    let early = d.submit(job("a", 1, 2, "node"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(early), Phase::Bound);
+    d.finish(early);
+    // An hour later the head is starving: a small job that fits no longer passes.
+    d.advance(3_600);
+    let late = d.submit(job("a", 1, 2, "node"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(head), Phase::Queued);
+    assert_eq!(
+        d.phase(late),
+        Phase::Queued,
+        "nothing passes a starving head"
+    );
+    // Once the quota frees, the head goes first.
+    d.finish(first);
+    d.run_until_quiet();
+    assert_eq!(d.phase(head), Phase::Bound);
+}

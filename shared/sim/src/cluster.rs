@@ -83,6 +83,9 @@ pub struct SchedulerSection {
     pub max_victim_sets: Option<usize>,
     /// Candidate victims looked at per beneficiary.
     pub max_victim_candidates: Option<usize>,
+    /// Seconds after which a blocked head of a best-effort queue stops being
+    /// passed (0: never).
+    pub starvation_s: Option<u64>,
 }
 
 /// A regular block of identical nodes.
@@ -288,6 +291,7 @@ impl Cluster {
                 .max(1),
             max_validations: s.max_validations.unwrap_or(d.max_validations).max(1),
             reservations: s.reservations.unwrap_or(d.reservations),
+            starvation_ms: s.starvation_s.map_or(d.starvation_ms, |x| x * 1000),
             reservation_domains: s
                 .reservation_domains
                 .unwrap_or(d.reservation_domains)
