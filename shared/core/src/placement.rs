@@ -190,16 +190,9 @@ pub fn decide(
                             memo.reservation_checked
                                 .insert(job.id, state.capacity_version(f));
                             if let Some((assignments, start)) = plan {
-                                // A new plan replaces the old one if it starts
-                                // earlier, or — neither start being known —
-                                // if far fewer GPUs remain to drain.
-                                let better = own.is_none_or(|r| {
-                                    earlier(start, r.start)
-                                        || (start.is_none()
-                                            && r.start.is_none()
-                                            && 2 * to_drain(state, &held, &assignments)
-                                                < to_drain(state, &held, &r.assignments))
-                                });
+                                // A new plan replaces the old one only if
+                                // it starts earlier.
+                                let better = own.is_none_or(|r| earlier(start, r.start));
                                 let clash =
                                     assignments.iter().any(|a| held.reserved.contains(&a.node));
                                 if better && !clash {
@@ -267,14 +260,6 @@ pub fn decide(
         }
     }
     (events, stats)
-}
-
-/// GPUs of a reservation's nodes still held by other jobs.
-fn to_drain(state: &State, held: &Held, assignments: &[Assignment]) -> u64 {
-    assignments
-        .iter()
-        .map(|a| a.gpus.saturating_sub(held.free(state, a.node)) as u64)
-        .sum()
 }
 
 /// Whether start `a` is strictly earlier than `b` (a known start beats none).

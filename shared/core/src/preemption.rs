@@ -140,7 +140,7 @@ fn next_checkpoint_done(job: &Job, now: Timestamp) -> Option<Timestamp> {
     }
 }
 
-fn costed(state: &State, cfg: &CycleConfig, job: &Job, now: Timestamp, need_gpus: Gpus) -> Cand {
+fn costed(cfg: &CycleConfig, job: &Job, now: Timestamp) -> Cand {
     let p = &cfg.preemption;
     let gpus = job.spec.total_gpus() as u64;
     let restart = gpus * p.restart_cost_ms;
@@ -196,8 +196,6 @@ fn costed(state: &State, cfg: &CycleConfig, job: &Job, now: Timestamp, need_gpus
             }
         }
     }
-    let _ = need_gpus;
-    let _ = state;
     cand
 }
 
@@ -217,7 +215,6 @@ struct Need {
 struct Plan {
     victims: Vec<Cand>,
     reserve: Vec<Assignment>,
-    cost: u64,
 }
 
 /// Runs the preemption stage at `now`.
@@ -337,7 +334,6 @@ pub fn decide(
                     reserve: p.reserve,
                     at: now,
                 });
-                let _ = p.cost;
             }
             None if !young => {
                 memo.preempt_failed.insert(id, stamp);
@@ -530,7 +526,7 @@ fn candidates(
                 continue;
             }
             n += 1;
-            out.push(costed(state, cfg, v, now, job.spec.total_gpus()));
+            out.push(costed(cfg, v, now));
         }
     }
     // Room in one domain is needed: the cheapest candidates may be spread
@@ -567,7 +563,7 @@ fn candidates(
                     *looked += 1;
                     if eligible(v, young) {
                         seen.insert(id);
-                        out.push(costed(state, cfg, v, now, job.spec.total_gpus()));
+                        out.push(costed(cfg, v, now));
                     }
                 }
             }
@@ -871,7 +867,6 @@ fn plan(
         None => Vec::new(),
     };
     Some(Plan {
-        cost: chosen.iter().map(|&i| cands[i].cost).sum(),
         victims: chosen.iter().map(|&i| cands[i].clone()).collect(),
         reserve,
     })
@@ -956,7 +951,7 @@ fn backfill_to_evict(
                 .map(|x| x.gpus)
                 .sum::<Gpus>();
             if chosen.insert(j.id) {
-                let c = costed(state, cfg, j, now, 0);
+                let c = costed(cfg, j, now);
                 victims.push(Victim {
                     job: j.id,
                     // Backfill knew it borrowed reserved nodes: no grace.

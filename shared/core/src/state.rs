@@ -802,6 +802,16 @@ impl State {
         }
     }
 
+    /// Ends a reclaim hold: borrowing in its cohort and flavor may resume,
+    /// so tenants parked there are looked at again.
+    fn drop_hold(&mut self, job: JobId) {
+        if let Some((c, _)) = self.reclaim_holds.remove(&job) {
+            if let Some(cohort) = self.cohorts.get_mut(c as usize) {
+                cohort.version += 1;
+            }
+        }
+    }
+
     /// Takes a running job out of the victim index.
     fn forget_preemptible(&mut self, id: JobId) {
         let Some(job) = self.jobs.get(&id) else {
@@ -882,7 +892,7 @@ impl State {
 
     /// Returns a job to its tenant's queue after losing its GPUs; it will
     /// resume from its last complete checkpoint, on that checkpoint's flavor.
-    fn requeue(&mut self, id: JobId, at: Timestamp, lost_gpu_ms: u64) -> Result<(), ApplyError> {
+    fn requeue(&mut self, id: JobId, lost_gpu_ms: u64) -> Result<(), ApplyError> {
         self.release(id);
         self.set_phase(id, Phase::Queued);
         let j = self.job_mut(id)?;
@@ -892,7 +902,6 @@ impl State {
         if let Some(c) = &j.last_checkpoint {
             j.flavors = vec![c.flavor];
         }
-        let _ = at;
         let key = j.queue_key();
         if let Some(t) = j.tenant {
             let tenant = &mut self.tenants[t as usize];
@@ -1255,7 +1264,7 @@ impl State {
                 let key = j.queue_key();
                 self.tenants[t as usize].pending.remove(&key);
                 self.wants_preemption.remove(&key);
-                self.reclaim_holds.remove(job);
+                self.drop_hold(*job);
                 self.charge(t, f, new_used);
                 let order = self.next_order;
                 self.next_order += 1;
@@ -1370,7 +1379,7 @@ impl State {
                     _ => self.release(*job),
                 }
                 self.wants_preemption.remove(&qkey);
-                self.reclaim_holds.remove(job);
+                self.drop_hold(*job);
                 self.release_reservation(*job);
                 self.set_phase(*job, Phase::Cancelled);
                 self.job_mut(*job)?.ended_at = Some(*at);
@@ -1383,7 +1392,7 @@ impl State {
                     &[Phase::Bound, Phase::Running, Phase::Preempting],
                     ev.kind(),
                 )?;
-                self.requeue(*job, Timestamp(0), *lost_gpu_ms)?;
+                self.requeue(*job, *lost_gpu_ms)?;
                 self.job_mut(*job)?.requeues += 1;
             }
             Event::JobCheckpointed {
@@ -1491,7 +1500,7 @@ impl State {
                 if *resume_from != j.resume_from() {
                     return Err(ApplyError::IncompatibleResume { job: *job });
                 }
-                self.requeue(*job, *at, *lost_gpu_ms)?;
+                self.requeue(*job, *lost_gpu_ms)?;
                 let j = self.job_mut(*job)?;
                 j.preempted_at = Some(*at);
                 j.preemptions += 1;
