@@ -1,0 +1,129 @@
+//! Measures `EventStore::append` throughput: batches of `BATCH` job
+//! submissions (≈ 230 B of JSON each) from one task, into a throwaway
+//! database that is dropped afterwards.
+//!
+//! `cargo run --release -p gpusched-store --example append_rate [batches] [batch] [keys|nokeys]`
+//! (`keys`, the default, gives every event an idempotency key, as client
+//! submissions have; scheduler decisions carry none)
+//! (DATABASE_URL names the maintenance database; default
+//! `postgres://postgres@127.0.0.1:5432/postgres`).
+
+use gpusched_events::Event;
+use gpusched_model::{JobId, JobSpec, Timestamp};
+use gpusched_store::{EventStore, NewEvent, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let batches: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(200);
+    let size: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1000);
+    let keys = args.next().as_deref() != Some("nokeys");
+    let admin_url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
+    let name = format!("gpusched_bench_{}", std::process::id());
+    let mut admin = PgConnection::connect(&admin_url).await?;
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await?;
+    let result = run(&admin_url, &name, batches, size, keys).await;
+    sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
+        .execute(&mut admin)
+        .await?;
+    result
+}
+
+async fn run(
+    admin_url: &str,
+    name: &str,
+    batches: usize,
+    size: usize,
+    keys: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let opts = PgConnectOptions::from_str(admin_url)?.database(name);
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(opts)
+        .await?;
+    let store = EventStore::new(pool.clone());
+    store.migrate().await?;
+    let lease = store
+        .acquire_lease("bench", "p", "bench-1", Duration::from_secs(600))
+        .await?
+        .ok_or("lease taken")?;
+    let fence = lease.fence();
+    let mut next = 1u64;
+    let mut make = |n: usize| -> Vec<NewEvent> {
+        (0..n)
+            .map(|_| {
+                let job = JobId(next);
+                next += 1;
+                let ev = NewEvent::new(Event::JobSubmitted {
+                    job,
+                    spec: JobSpec {
+                        tenant: "tenant-17".into(),
+                        priority: 0,
+                        workers: 4,
+                        gpus_per_worker: 8,
+                        flavors: vec!["h100".into()],
+                        topology: "block".into(),
+                        preemptible: true,
+                        checkpoint: None,
+                        max_runtime_s: Some(86_400),
+                    },
+                    at: Timestamp(job.0 * 1000),
+                });
+                if keys {
+                    ev.idempotency_key(format!("submit-{}", job.0))
+                } else {
+                    ev
+                }
+            })
+            .collect()
+    };
+    // Warm up (connection, prepared statement, first pages).
+    store.append(&make(size), &fence).await?;
+    let work: Vec<Vec<NewEvent>> = (0..batches).map(|_| make(size)).collect();
+    let start = Instant::now();
+    for b in &work {
+        store.append(b, &fence).await?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let total = (batches * size) as f64;
+    println!(
+        "append: {batches} batches × {size} events in {secs:.2}s = {:.0} events/s",
+        total / secs
+    );
+    let start = Instant::now();
+    let (mut after, mut read) = (0, 0usize);
+    loop {
+        let page = store.read_from(after, gpusched_store::REPLAY_PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        read += page.len();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "read_from (decoded, no apply): {read} events in {secs:.2}s = {:.0} events/s",
+        read as f64 / secs
+    );
+    let start = Instant::now();
+    let state = store.replay(gpusched_store::Until::All).await;
+    let secs = start.elapsed().as_secs_f64();
+    match state {
+        Ok(s) => println!(
+            "replay: {} events in {secs:.2}s = {:.0} events/s",
+            s.applied(),
+            s.applied() as f64 / secs
+        ),
+        // Submissions for an unconfigured tenant are still folded; report
+        // a refusal rather than fail the measurement.
+        Err(StoreError::Apply { seq, source }) => println!("replay stopped at {seq}: {source}"),
+        Err(e) => return Err(e.into()),
+    }
+    pool.close().await;
+    Ok(())
+}

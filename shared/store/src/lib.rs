@@ -1,0 +1,424 @@
+//! gpusched store: the durable event log in Postgres (BRIEF §7) and the
+//! fencing leases that make one instance per partition the only writer
+//! (BRIEF §1).
+//!
+//! Owns: the `events` and `leases` tables and their migrations
+//! (`migrations/` at the workspace root, embedded), batched fenced appends,
+//! reads in sequence order, and replay through `State::apply`.
+//!
+//! Must never: UPDATE or DELETE an event (the migration's triggers refuse
+//! it as well), write anything when the fence's epoch is stale, decide
+//! scheduling (that is `gpusched-core`), or let replay skip or reorder an
+//! event.
+//!
+//! Ordering: appends take a transaction-scoped advisory lock before they
+//! insert, so sequence numbers are assigned and committed in the same order.
+//! A reader tailing with `read_from(last_seq, ..)` therefore never misses a
+//! row that commits later with a smaller sequence. Sequence numbers can have
+//! gaps (duplicates skipped by their idempotency key, rolled back appends);
+//! order, not density, is the contract. `recorded_at` is taken after that
+//! lock (`clock_timestamp()`), so it does not decrease along the sequence
+//! unless the database clock steps back.
+
+mod error;
+mod lease;
+mod meta;
+
+pub use error::{Result, StoreError};
+pub use lease::{Fence, Lease};
+pub use meta::{aggregate_of, producer_name, AggregateKind};
+
+use chrono::{DateTime, Utc};
+use gpusched_core::State;
+use gpusched_events::Event;
+use gpusched_model::JobId;
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::Row;
+use uuid::Uuid;
+
+/// The schema version written with every event; rows with a newer version
+/// are refused on read rather than misread.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Rows fetched per round trip during replay.
+pub const REPLAY_PAGE: usize = 10_000;
+
+/// Advisory-lock key serialising appends (so commit order is sequence
+/// order). Any constant no other part of gpusched uses.
+const APPEND_LOCK_KEY: i64 = 0x6770_7573_6368_6564; // "gpusched"
+
+/// The embedded migrations (`migrations/` at the workspace root).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// An event to append, with its delivery metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewEvent {
+    /// The event.
+    pub event: Event,
+    /// Unique key of this event: an append carrying a key already in the log
+    /// skips the event (client submissions, redelivered messages).
+    pub idempotency_key: Option<String>,
+    /// The event (or command) that caused this one.
+    pub causation_id: Option<Uuid>,
+    /// The request or flow this event is part of.
+    pub correlation_id: Option<Uuid>,
+}
+
+impl NewEvent {
+    /// An event with no metadata.
+    pub fn new(event: Event) -> Self {
+        NewEvent {
+            event,
+            idempotency_key: None,
+            causation_id: None,
+            correlation_id: None,
+        }
+    }
+
+    /// Sets the idempotency key.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the causation id.
+    pub fn caused_by(mut self, id: Uuid) -> Self {
+        self.causation_id = Some(id);
+        self
+    }
+
+    /// Sets the correlation id.
+    pub fn correlated_with(mut self, id: Uuid) -> Self {
+        self.correlation_id = Some(id);
+        self
+    }
+}
+
+impl From<Event> for NewEvent {
+    fn from(event: Event) -> Self {
+        NewEvent::new(event)
+    }
+}
+
+/// What an append wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AppendOutcome {
+    /// Sequence of the first event written (`None`: nothing written).
+    pub first_seq: Option<i64>,
+    /// Sequence of the last event written (`None`: nothing written).
+    pub last_seq: Option<i64>,
+    /// Events written.
+    pub appended: u64,
+    /// Events skipped because their idempotency key was already in the log
+    /// (or earlier in the same batch).
+    pub duplicates: u64,
+}
+
+/// An event as stored in the log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    /// Global sequence: the order of the log.
+    pub seq: i64,
+    /// When it was recorded (database clock).
+    pub recorded_at: DateTime<Utc>,
+    /// The aggregate kind, e.g. `job`.
+    pub aggregate_kind: String,
+    /// The aggregate id, e.g. the job's number.
+    pub aggregate_id: String,
+    /// `Event::kind()`.
+    pub kind: String,
+    /// Schema version of the payload.
+    pub schema_version: i32,
+    /// `Event::producer()` by name.
+    pub producer: String,
+    /// Fencing epoch the writer held.
+    pub epoch: i64,
+    /// The cause, if recorded.
+    pub causation_id: Option<Uuid>,
+    /// The correlation, if recorded.
+    pub correlation_id: Option<Uuid>,
+    /// The idempotency key, if any.
+    pub idempotency_key: Option<String>,
+    /// The event.
+    pub event: Event,
+}
+
+/// How far a replay goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// The whole log as committed now.
+    All,
+    /// Events with sequence ≤ n.
+    Seq(i64),
+    /// The prefix of the log recorded at or before this time: replay stops
+    /// at the first event recorded after it.
+    Time(DateTime<Utc>),
+}
+
+/// The event log: a handle on a Postgres pool.
+#[derive(Clone, Debug)]
+pub struct EventStore {
+    pool: PgPool,
+}
+
+const SELECT_COLUMNS: &str = "seq, recorded_at, aggregate_kind, aggregate_id, kind, \
+     schema_version, producer, epoch, causation_id, correlation_id, idempotency_key, \
+     payload::text AS payload";
+
+impl EventStore {
+    /// A store on an existing pool.
+    pub fn new(pool: PgPool) -> Self {
+        EventStore { pool }
+    }
+
+    /// Connects to `url` with a pool of up to `max_connections`.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect(url)
+            .await?;
+        Ok(EventStore { pool })
+    }
+
+    /// The underlying pool (for SQL incident review and tests).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies the embedded migrations that have not run yet.
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Appends `batch` in one transaction, in order, under `fence`.
+    ///
+    /// In that transaction it first share-locks the lease row and checks the
+    /// epoch (`StoreError::StaleEpoch` or `StoreError::NoLease`: nothing is
+    /// written), then inserts every event with one `INSERT … SELECT FROM
+    /// UNNEST`. Events whose idempotency key is already in the log are
+    /// skipped and counted in `duplicates`. A lease takeover waits for
+    /// in-flight appends under the old epoch and every later append under
+    /// it is refused.
+    pub async fn append(&self, batch: &[NewEvent], fence: &Fence) -> Result<AppendOutcome> {
+        let n = batch.len();
+        let mut agg_kinds: Vec<&'static str> = Vec::with_capacity(n);
+        let mut agg_ids: Vec<String> = Vec::with_capacity(n);
+        let mut kinds: Vec<&'static str> = Vec::with_capacity(n);
+        let mut payloads: Vec<String> = Vec::with_capacity(n);
+        let mut producers: Vec<&'static str> = Vec::with_capacity(n);
+        let mut causations: Vec<Option<Uuid>> = Vec::with_capacity(n);
+        let mut correlations: Vec<Option<Uuid>> = Vec::with_capacity(n);
+        let mut keys: Vec<Option<&str>> = Vec::with_capacity(n);
+        for ne in batch {
+            let ev = &ne.event;
+            let (ak, ai) = aggregate_of(ev);
+            agg_kinds.push(ak.as_str());
+            agg_ids.push(ai);
+            kinds.push(ev.kind());
+            payloads.push(
+                serde_json::to_string(ev).map_err(|source| StoreError::Encode {
+                    kind: ev.kind(),
+                    source,
+                })?,
+            );
+            producers.push(producer_name(ev.producer()));
+            causations.push(ne.causation_id);
+            correlations.push(ne.correlation_id);
+            keys.push(ne.idempotency_key.as_deref());
+        }
+
+        let mut tx = self.pool.begin().await?;
+        let held: Option<i64> = sqlx::query_scalar(
+            "SELECT epoch FROM leases WHERE service = $1 AND partition = $2 FOR SHARE",
+        )
+        .bind(&fence.service)
+        .bind(&fence.partition)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match held {
+            None => {
+                tx.rollback().await?;
+                return Err(StoreError::NoLease {
+                    service: fence.service.clone(),
+                    partition: fence.partition.clone(),
+                });
+            }
+            Some(held) if held != fence.epoch => {
+                tx.rollback().await?;
+                return Err(StoreError::StaleEpoch {
+                    service: fence.service.clone(),
+                    partition: fence.partition.clone(),
+                    held,
+                    given: fence.epoch,
+                });
+            }
+            Some(_) => {}
+        }
+        if n == 0 {
+            tx.rollback().await?;
+            return Ok(AppendOutcome::default());
+        }
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(APPEND_LOCK_KEY)
+            .execute(&mut *tx)
+            .await?;
+        let row = sqlx::query(
+            "WITH ins AS (
+                INSERT INTO events (recorded_at, aggregate_kind, aggregate_id, kind,
+                                    schema_version, payload, producer, epoch,
+                                    causation_id, correlation_id, idempotency_key)
+                SELECT clock_timestamp(), t.ak, t.ai, t.k, $4, t.p::jsonb, t.pr, $7,
+                       t.ca, t.co, t.ik
+                  FROM UNNEST($1::text[], $2::text[], $3::text[], $5::text[], $6::text[],
+                              $8::uuid[], $9::uuid[], $10::text[])
+                       WITH ORDINALITY AS t(ak, ai, k, p, pr, ca, co, ik, ord)
+                 ORDER BY t.ord
+                ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                RETURNING seq)
+             SELECT count(*) AS appended, min(seq) AS first_seq, max(seq) AS last_seq FROM ins",
+        )
+        .bind(&agg_kinds)
+        .bind(&agg_ids)
+        .bind(&kinds)
+        .bind(SCHEMA_VERSION)
+        .bind(&payloads)
+        .bind(&producers)
+        .bind(fence.epoch)
+        .bind(&causations)
+        .bind(&correlations)
+        .bind(&keys)
+        .fetch_one(&mut *tx)
+        .await?;
+        let appended: i64 = row.try_get("appended")?;
+        let first_seq: Option<i64> = row.try_get("first_seq")?;
+        let last_seq: Option<i64> = row.try_get("last_seq")?;
+        tx.commit().await?;
+        let appended = u64::try_from(appended).unwrap_or(0);
+        Ok(AppendOutcome {
+            first_seq,
+            last_seq,
+            appended,
+            duplicates: (n as u64).saturating_sub(appended),
+        })
+    }
+
+    /// Up to `limit` events with sequence > `after_seq`, in sequence order.
+    pub async fn read_from(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>> {
+        self.read_range(after_seq, i64::MAX, limit).await
+    }
+
+    /// Up to `limit` events with `after_seq` < sequence ≤ `upto_seq`, in order.
+    async fn read_range(
+        &self,
+        after_seq: i64,
+        upto_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        let sql = format!(
+            "SELECT {SELECT_COLUMNS} FROM events WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after_seq)
+            .bind(upto_seq)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(stored_from_row).collect()
+    }
+
+    /// The highest sequence in the log; 0 when it is empty (so
+    /// `read_from(0, ..)` reads from the start).
+    pub async fn max_seq(&self) -> Result<i64> {
+        let max: Option<i64> = sqlx::query_scalar("SELECT max(seq) FROM events")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(max.unwrap_or(0))
+    }
+
+    /// Every event of one job, in sequence order.
+    pub async fn job_events(&self, job: JobId) -> Result<Vec<StoredEvent>> {
+        let sql = format!(
+            "SELECT {SELECT_COLUMNS} FROM events
+              WHERE aggregate_kind = 'job' AND aggregate_id = $1 ORDER BY seq"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(job.0.to_string())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(stored_from_row).collect()
+    }
+
+    /// Rebuilds the state from an empty one by folding the log with
+    /// `State::apply`, up to `until`.
+    pub async fn replay(&self, until: Until) -> Result<State> {
+        let mut state = State::new();
+        self.replay_onto(&mut state, 0, until).await?;
+        Ok(state)
+    }
+
+    /// Folds the events after `after_seq` up to `until` onto `state` (a
+    /// state that has applied exactly the log up to `after_seq`), reading
+    /// `REPLAY_PAGE` rows at a time. Returns the sequence of the last event
+    /// applied (`after_seq` when none). An event `apply` refuses stops the
+    /// replay with `StoreError::Apply` naming its sequence.
+    pub async fn replay_onto(
+        &self,
+        state: &mut State,
+        after_seq: i64,
+        until: Until,
+    ) -> Result<i64> {
+        let upto = match until {
+            Until::Seq(n) => n,
+            Until::All | Until::Time(_) => i64::MAX,
+        };
+        let mut last = after_seq;
+        loop {
+            let page = self.read_range(last, upto, REPLAY_PAGE).await?;
+            let full = page.len() == REPLAY_PAGE;
+            for se in &page {
+                if let Until::Time(t) = until {
+                    if se.recorded_at > t {
+                        return Ok(last);
+                    }
+                }
+                state.apply(&se.event).map_err(|source| StoreError::Apply {
+                    seq: se.seq,
+                    source,
+                })?;
+                last = se.seq;
+            }
+            if !full {
+                return Ok(last);
+            }
+        }
+    }
+}
+
+fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
+    let seq: i64 = row.try_get("seq")?;
+    let schema_version: i32 = row.try_get("schema_version")?;
+    if schema_version > SCHEMA_VERSION {
+        return Err(StoreError::UnknownSchema {
+            seq,
+            version: schema_version,
+        });
+    }
+    let payload: String = row.try_get("payload")?;
+    let event: Event =
+        serde_json::from_str(&payload).map_err(|source| StoreError::Decode { seq, source })?;
+    Ok(StoredEvent {
+        seq,
+        recorded_at: row.try_get("recorded_at")?,
+        aggregate_kind: row.try_get("aggregate_kind")?,
+        aggregate_id: row.try_get("aggregate_id")?,
+        kind: row.try_get("kind")?,
+        schema_version,
+        producer: row.try_get("producer")?,
+        epoch: row.try_get("epoch")?,
+        causation_id: row.try_get("causation_id")?,
+        correlation_id: row.try_get("correlation_id")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        event,
+    })
+}

@@ -1,0 +1,268 @@
+//! Test helpers: a throwaway database per test, dropped even when the test
+//! fails, and a tiny scheduling run built with `gpusched-core`.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use gpusched_core::{run_cycle, CycleConfig, Phase, ScanMemo, State};
+use gpusched_events::{Event, Outcome};
+use gpusched_model::{
+    FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, QueueingMode, TenantSpec, Timestamp,
+};
+use gpusched_store::EventStore;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+use std::str::FromStr;
+
+/// Where the maintenance database is when `DATABASE_URL` is unset.
+pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn admin_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_string())
+}
+
+async fn admin_connection(url: &str) -> PgConnection {
+    match PgConnection::connect(url).await {
+        Ok(c) => c,
+        Err(e) => panic!(
+            "Postgres is not reachable at {url}: {e}. These tests need a running \
+             Postgres (CI starts one); start it or point DATABASE_URL at one."
+        ),
+    }
+}
+
+/// A fresh database with the store's schema, dropped when this is dropped.
+pub struct TestDb {
+    /// The store on it.
+    pub store: EventStore,
+    // Dropped after `store`: removes the database.
+    _guard: DropDb,
+}
+
+/// Drops the database named when dropped.
+struct DropDb {
+    name: String,
+    admin_url: String,
+}
+
+impl TestDb {
+    /// Creates `gpusched_test_<random>` and migrates it.
+    pub async fn new() -> TestDb {
+        let admin_url = admin_url();
+        let name = format!("gpusched_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = admin_connection(&admin_url).await;
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("create the test database");
+        let _ = admin.close().await;
+        // From here on, the guard removes the database whatever happens.
+        let guard = DropDb {
+            name: name.clone(),
+            admin_url: admin_url.clone(),
+        };
+        let opts = PgConnectOptions::from_str(&admin_url)
+            .expect("DATABASE_URL parses")
+            .database(&name)
+            .disable_statement_logging();
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(opts)
+            .await
+            .expect("connect to the test database");
+        let store = EventStore::new(pool);
+        store.migrate().await.expect("migrate the test database");
+        TestDb {
+            store,
+            _guard: guard,
+        }
+    }
+}
+
+impl Drop for DropDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let url = self.admin_url.clone();
+        // Drop cannot await; a private runtime on its own thread can. The
+        // test's pool lives on the test's runtime, which is blocked here, so
+        // it is not closed: FORCE ends its sessions.
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async move {
+                let mut admin = PgConnection::connect(&url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut admin)
+                .await
+                .map_err(|e| e.to_string())?;
+                let _ = admin.close().await;
+                Ok::<(), String>(())
+            })
+        })
+        .join();
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("warning: could not drop test database {}: {e}", self.name),
+            Err(_) => eprintln!("warning: dropping test database {} panicked", self.name),
+        }
+    }
+}
+
+/// The flavor of the test cluster.
+pub const FLAVOR: &str = "h100";
+
+/// A job of `workers` × `gpw` GPUs for tenant `t`.
+pub fn job_spec(t: &str, workers: u32, gpw: u32, priority: i32) -> JobSpec {
+    JobSpec {
+        tenant: t.to_string(),
+        priority,
+        workers,
+        gpus_per_worker: gpw,
+        flavors: vec![],
+        topology: "block".to_string(),
+        preemptible: true,
+        checkpoint: None,
+        max_runtime_s: Some(3600),
+    }
+}
+
+/// A tenant with a nominal quota of `nominal` GPUs of `FLAVOR`.
+pub fn tenant_spec(name: &str, nominal: u32) -> TenantSpec {
+    TenantSpec {
+        name: name.to_string(),
+        cohort: Some("all".to_string()),
+        weight: 1.5,
+        queueing: QueueingMode::BestEffortFifo,
+        quotas: vec![FlavorQuota {
+            flavor: FLAVOR.to_string(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        priority_preemption: true,
+    }
+}
+
+/// A small scheduling run: every event applied to the live state, grouped
+/// in the batches a service would append.
+pub struct Run {
+    /// The live state after every batch.
+    pub state: State,
+    /// The batches, in order.
+    pub batches: Vec<Vec<Event>>,
+}
+
+impl Run {
+    /// All events, in order.
+    pub fn events(&self) -> Vec<Event> {
+        self.batches.iter().flatten().cloned().collect()
+    }
+}
+
+fn apply_batch(state: &mut State, batch: &[Event]) {
+    for ev in batch {
+        if let Err(e) = state.apply(ev) {
+            panic!("generated event refused: {ev:?}: {e}");
+        }
+    }
+}
+
+/// Topology, 8 nodes of 8 GPUs in 2 racks × 2 blocks, two tenants, a few
+/// jobs, cycles with the agent starting and finishing jobs in between.
+pub fn scheduling_run() -> Run {
+    let mut state = State::new();
+    let mut batches: Vec<Vec<Event>> = Vec::new();
+    let mut now = Timestamp::from_secs(1);
+
+    let mut setup = vec![Event::TopologyConfigured {
+        levels: vec!["rack".into(), "block".into()],
+    }];
+    let mut id = 0;
+    for r in 0..2 {
+        for b in 0..2 {
+            for _ in 0..2 {
+                setup.push(Event::NodeAdded {
+                    node: NodeId(id),
+                    spec: NodeSpec {
+                        name: format!("node-{id}"),
+                        flavor: FLAVOR.to_string(),
+                        gpus: 8,
+                        path: vec![format!("r{r}"), format!("b{b}")],
+                    },
+                    at: now,
+                });
+                id += 1;
+            }
+        }
+    }
+    setup.push(Event::TenantConfigured {
+        spec: tenant_spec("alpha", 32),
+    });
+    setup.push(Event::TenantConfigured {
+        spec: tenant_spec("beta", 32),
+    });
+    apply_batch(&mut state, &setup);
+    batches.push(setup);
+
+    let shapes = [
+        (2, 8, 0),
+        (1, 4, 1),
+        (1, 8, 0),
+        (2, 4, 2),
+        (4, 8, 0),
+        (1, 2, 0),
+        (2, 8, 1),
+    ];
+    let mut submits = Vec::new();
+    for (i, (w, g, p)) in shapes.iter().enumerate() {
+        let t = if i % 2 == 0 { "alpha" } else { "beta" };
+        submits.push(Event::JobSubmitted {
+            job: JobId(i as u64 + 1),
+            spec: job_spec(t, *w, *g, *p),
+            at: now,
+        });
+    }
+    apply_batch(&mut state, &submits);
+    batches.push(submits);
+
+    let cfg = CycleConfig::default();
+    let mut memo = ScanMemo::default();
+    for round in 0..5 {
+        now = now.plus_secs(10);
+        let out = run_cycle(&mut state, &mut memo, &cfg, now)
+            .unwrap_or_else(|e| panic!("cycle refused its own decision: {e}"));
+        if !out.events.is_empty() {
+            batches.push(out.events);
+        }
+        // The agent: start what is bound; finish the oldest running job.
+        now = now.plus_secs(5);
+        let mut agent = Vec::new();
+        let jobs: Vec<(JobId, Phase)> = (1..=shapes.len() as u64)
+            .filter_map(|i| state.job(JobId(i)).map(|j| (j.id, j.phase)))
+            .collect();
+        for (j, phase) in &jobs {
+            if *phase == Phase::Bound {
+                agent.push(Event::JobStarted { job: *j, at: now });
+            }
+        }
+        if round % 2 == 1 {
+            if let Some((j, _)) = jobs.iter().find(|(_, p)| *p == Phase::Running) {
+                agent.push(Event::JobFinished {
+                    job: *j,
+                    outcome: Outcome::Succeeded,
+                    at: now,
+                });
+            }
+        }
+        apply_batch(&mut state, &agent);
+        if !agent.is_empty() {
+            batches.push(agent);
+        }
+    }
+    Run { state, batches }
+}
