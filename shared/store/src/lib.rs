@@ -23,6 +23,7 @@
 mod error;
 mod lease;
 mod meta;
+pub mod testing;
 
 pub use error::{Result, StoreError};
 pub use lease::{Fence, Lease};
