@@ -299,21 +299,19 @@ pub fn decide(
             continue;
         }
         stats.beneficiaries += 1;
-        let mut sets = 0u64;
-        // Set when a candidate was passed over only for being too young: the
-        // failure is then not remembered, as time alone may cure it.
-        let mut young = false;
-        match plan(
+        let search = Search {
             state,
             cfg,
             job,
-            &need,
+            need: &need,
             now,
-            &taken,
-            &mut stats.candidates,
-            &mut sets,
-            &mut young,
-        ) {
+            taken: &taken,
+        };
+        let mut tally = Tally::default();
+        let planned = plan(&search, &mut tally);
+        stats.candidates += tally.looked;
+        stats.max_sets_costed = stats.max_sets_costed.max(tally.sets);
+        match planned {
             Some(p) => {
                 stats.planned += 1;
                 flavors_planned.insert(need.flavor);
@@ -335,12 +333,13 @@ pub fn decide(
                     at: now,
                 });
             }
-            None if !young => {
+            // A failure only for want of old-enough victims is not
+            // remembered: time alone may cure it.
+            None if !tally.young => {
                 memo.preempt_failed.insert(id, stamp);
             }
             None => {}
         }
-        stats.max_sets_costed = stats.max_sets_costed.max(sets);
     }
     (events, stats)
 }
@@ -446,19 +445,45 @@ fn need_of(state: &State, job: &Job) -> Option<Need> {
     }
 }
 
-/// The candidates a beneficiary may take from, bounded.
-#[allow(clippy::too_many_arguments)]
-fn candidates(
-    state: &State,
-    cfg: &CycleConfig,
-    job: &Job,
-    need: &Need,
+/// One beneficiary's victim search: what it reads.
+#[derive(Clone, Copy)]
+struct Search<'a> {
+    state: &'a State,
+    cfg: &'a CycleConfig,
+    job: &'a Job,
+    need: &'a Need,
     now: Timestamp,
-    taken: &FxHashSet<JobId>,
-    looked: &mut u64,
-    young: &mut bool,
+    /// Victims already taken by plans earlier in this pass.
+    taken: &'a FxHashSet<JobId>,
+}
+
+/// One beneficiary's victim search: what it counted.
+#[derive(Default)]
+struct Tally {
+    /// Candidates looked at.
+    looked: u64,
+    /// Victim sets costed.
+    sets: u64,
+    /// A candidate was passed over only for being younger than `min_runtime`.
+    young: bool,
+}
+
+/// The candidates a beneficiary may take from, bounded.
+fn candidates(
+    s: &Search,
+    tally: &mut Tally,
     room: bool,
 ) -> (Vec<Cand>, FxHashMap<TenantIdx, Gpus>) {
+    let Search {
+        state,
+        cfg,
+        job,
+        need,
+        now,
+        taken,
+    } = *s;
+    let young = &mut tally.young;
+    let looked = &mut tally.looked;
     let p = &cfg.preemption;
     let mut out = Vec::new();
     // Per tenant: GPUs it may give up (reclaim: its usage above nominal).
@@ -726,18 +751,14 @@ fn add_for_quota(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn plan(
-    state: &State,
-    cfg: &CycleConfig,
-    job: &Job,
-    need: &Need,
-    now: Timestamp,
-    taken: &FxHashSet<JobId>,
-    looked: &mut u64,
-    sets: &mut u64,
-    young: &mut bool,
-) -> Option<Plan> {
+fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
+    let Search {
+        state,
+        cfg,
+        job,
+        need,
+        ..
+    } = *s;
     let cap = state.capacity();
     let mut probes = 0;
     let fits_now = cap
@@ -750,7 +771,8 @@ fn plan(
             &mut probes,
         )
         .is_some();
-    let (cands, slack) = candidates(state, cfg, job, need, now, taken, looked, young, !fits_now);
+    let (cands, slack) = candidates(s, tally, !fits_now);
+    let sets = &mut tally.sets;
     if cands.is_empty() {
         return None;
     }

@@ -240,6 +240,19 @@ pub struct CheckpointRef {
     pub uri: String,
 }
 
+/// The thing an event is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Aggregate {
+    /// A job.
+    Job(JobId),
+    /// A node.
+    Node(NodeId),
+    /// A tenant, by name.
+    Tenant(String),
+    /// Cluster-wide configuration (the topology levels).
+    Cluster,
+}
+
 /// Which part of gpusched may write an event kind (BRIEF §9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -504,10 +517,18 @@ impl Event {
         }
     }
 
-    /// The job this event is about, if any.
-    pub fn job(&self) -> Option<JobId> {
+    /// What this event is about. Exhaustive on purpose: a new variant does
+    /// not compile until its aggregate is chosen.
+    pub fn aggregate(&self) -> Aggregate {
         use Event::*;
         match self {
+            TopologyConfigured { .. } => Aggregate::Cluster,
+            TenantConfigured { spec } => Aggregate::Tenant(spec.name.clone()),
+            NodeAdded { node, .. }
+            | NodeCordoned { node }
+            | NodeUncordoned { node }
+            | NodeDrained { node }
+            | NodeLost { node, .. } => Aggregate::Node(*node),
             JobSubmitted { job, .. }
             | JobAccepted { job }
             | JobRejected { job, .. }
@@ -520,8 +541,15 @@ impl Event {
             | JobRequeued { job, .. }
             | JobCheckpointed { job, .. }
             | JobPreempted { job, .. }
-            | ReservationMade { job, .. } => Some(*job),
-            PreemptionPlanned { beneficiary, .. } => Some(*beneficiary),
+            | ReservationMade { job, .. } => Aggregate::Job(*job),
+            PreemptionPlanned { beneficiary, .. } => Aggregate::Job(*beneficiary),
+        }
+    }
+
+    /// The job this event is about, if any.
+    pub fn job(&self) -> Option<JobId> {
+        match self.aggregate() {
+            Aggregate::Job(j) => Some(j),
             _ => None,
         }
     }

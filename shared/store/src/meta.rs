@@ -1,10 +1,10 @@
 //! What the store derives from an `Event` for its columns: the aggregate it
 //! belongs to and the producer's name.
 //!
-//! Must never: read anything but the event itself. Matches are exhaustive so
-//! a new `Event` variant does not compile until its aggregate is chosen here.
+//! Must never: read anything but the event itself. `Event::aggregate` is
+//! exhaustive, so a new variant does not compile until its aggregate is chosen.
 
-use gpusched_events::{Event, Producer};
+use gpusched_events::{Aggregate, Event, Producer};
 
 /// Which kind of thing an event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,29 +33,11 @@ impl AggregateKind {
 
 /// The aggregate an event belongs to: its kind and id (as stored).
 pub fn aggregate_of(ev: &Event) -> (AggregateKind, String) {
-    use Event::*;
-    match ev {
-        TopologyConfigured { .. } => (AggregateKind::Cluster, "topology".to_string()),
-        TenantConfigured { spec } => (AggregateKind::Tenant, spec.name.clone()),
-        NodeAdded { node, .. }
-        | NodeCordoned { node }
-        | NodeUncordoned { node }
-        | NodeDrained { node }
-        | NodeLost { node, .. } => (AggregateKind::Node, node.0.to_string()),
-        JobSubmitted { job, .. }
-        | JobAccepted { job }
-        | JobRejected { job, .. }
-        | JobAdmitted { job, .. }
-        | JobPending { job, .. }
-        | JobBound { job, .. }
-        | JobStarted { job, .. }
-        | JobFinished { job, .. }
-        | JobCancelled { job, .. }
-        | JobRequeued { job, .. }
-        | JobCheckpointed { job, .. }
-        | JobPreempted { job, .. }
-        | ReservationMade { job, .. } => (AggregateKind::Job, job.0.to_string()),
-        PreemptionPlanned { beneficiary, .. } => (AggregateKind::Job, beneficiary.0.to_string()),
+    match ev.aggregate() {
+        Aggregate::Cluster => (AggregateKind::Cluster, "topology".to_string()),
+        Aggregate::Tenant(name) => (AggregateKind::Tenant, name),
+        Aggregate::Node(n) => (AggregateKind::Node, n.0.to_string()),
+        Aggregate::Job(j) => (AggregateKind::Job, j.0.to_string()),
     }
 }
 
