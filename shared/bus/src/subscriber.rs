@@ -1,0 +1,161 @@
+//! Durable pull consumption of envelopes with explicit acks.
+//!
+//! Owns: [`Subscriber`] and [`Delivery`]. Must never: stop consuming
+//! because a message is malformed (it is terminated and reported), or ack a
+//! message on the caller's behalf when it decoded (the caller acks after it
+//! has acted on it).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{
+    self,
+    consumer::{pull, AckPolicy, Consumer},
+    AckKind,
+};
+use futures::StreamExt;
+
+use crate::{decode, BusError, Envelope};
+
+/// A durable pull consumer on one stream and filter subject.
+#[derive(Debug)]
+pub struct Subscriber {
+    consumer: Consumer<pull::Config>,
+}
+
+/// One message taken from the stream.
+#[derive(Debug)]
+pub struct Delivery {
+    /// Its sequence number in the stream.
+    pub stream_seq: u64,
+    /// The subject it was published on.
+    pub subject: String,
+    /// Its `Nats-Msg-Id`, if any.
+    pub msg_id: Option<String>,
+    /// The decoded envelope, or why it could not be decoded. A malformed
+    /// message has already been terminated (never redelivered).
+    pub envelope: Result<Envelope, BusError>,
+    terminated: bool,
+    message: jetstream::Message,
+}
+
+impl Delivery {
+    /// Acknowledges the message and waits for the server to confirm, so a
+    /// consumer started afterwards with the same durable name resumes after
+    /// it. For a malformed message whose termination failed, retries it.
+    pub async fn ack(&self) -> Result<(), BusError> {
+        if self.terminated {
+            return Ok(());
+        }
+        let kind = if self.envelope.is_ok() {
+            AckKind::Ack
+        } else {
+            AckKind::Term
+        };
+        self.message
+            .double_ack_with(kind)
+            .await
+            .map_err(|e| BusError::nats("ack", e))
+    }
+
+    /// Asks for redelivery after `delay` (e.g. when acting on it failed).
+    pub async fn nak(&self, delay: Option<Duration>) -> Result<(), BusError> {
+        self.message
+            .ack_with(AckKind::Nak(delay))
+            .await
+            .map_err(|e| BusError::nats("nak", e))
+    }
+}
+
+impl Subscriber {
+    /// Binds to (or creates) the durable pull consumer `durable` on
+    /// `stream`, with explicit acks, receiving only `filter_subject`.
+    pub async fn durable(
+        js: &jetstream::Context,
+        stream: &str,
+        durable: &str,
+        filter_subject: &str,
+    ) -> Result<Self, BusError> {
+        let stream = js
+            .get_stream(stream)
+            .await
+            .map_err(|e| BusError::nats("get stream", e))?;
+        let consumer = stream
+            .get_or_create_consumer(
+                durable,
+                pull::Config {
+                    durable_name: Some(durable.to_string()),
+                    filter_subject: filter_subject.to_string(),
+                    ack_policy: AckPolicy::Explicit,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| BusError::nats("create consumer", e))?;
+        Ok(Subscriber { consumer })
+    }
+
+    /// Takes up to `max` messages. Returns at once with what is waiting; if
+    /// nothing is, waits up to `timeout` for messages (a wait may last the
+    /// whole `timeout` if fewer than `max` arrive). An empty vector means
+    /// nothing came. Malformed messages are terminated here and returned
+    /// with their decode error.
+    pub async fn next_batch(
+        &self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Delivery>, BusError> {
+        let max = max.max(1);
+        let batch = self
+            .consumer
+            .fetch()
+            .max_messages(max)
+            .messages()
+            .await
+            .map_err(|e| BusError::nats("fetch", e))?;
+        let mut out = Self::collect(batch).await?;
+        if out.is_empty() {
+            let batch = self
+                .consumer
+                .batch()
+                .max_messages(max)
+                .expires(timeout)
+                .messages()
+                .await
+                .map_err(|e| BusError::nats("fetch", e))?;
+            out = Self::collect(batch).await?;
+        }
+        Ok(out)
+    }
+
+    async fn collect(mut batch: pull::Batch) -> Result<Vec<Delivery>, BusError> {
+        let mut out = Vec::new();
+        while let Some(item) = batch.next().await {
+            match item {
+                Ok(message) => out.push(Self::deliver(message).await),
+                // Keep what arrived; report the error only if nothing did.
+                Err(e) if out.is_empty() => return Err(BusError::nats("fetch", e)),
+                Err(_) => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn deliver(message: jetstream::Message) -> Delivery {
+        let stream_seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let msg_id = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+            .map(|v| v.as_str().to_string());
+        let envelope = decode(&message.payload);
+        let terminated = envelope.is_err() && message.double_ack_with(AckKind::Term).await.is_ok();
+        Delivery {
+            stream_seq,
+            subject: message.subject.to_string(),
+            msg_id,
+            envelope,
+            terminated,
+            message,
+        }
+    }
+}

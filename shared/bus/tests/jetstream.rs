@@ -1,0 +1,281 @@
+//! Integration tests against the real NATS JetStream on 127.0.0.1:4222
+//! (`NATS_URL` overrides). Each test uses its own namespace and stream,
+//! deleted when the test ends (also on panic, by a drop guard).
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpusched_bus::async_nats::{self, jetstream};
+use gpusched_bus::{
+    ensure_stream, msg_id, BatchV1, BusError, Envelope, Namespace, Publisher, Subscriber,
+};
+use gpusched_events::Event;
+use gpusched_model::{JobId, NodeId};
+
+const WAIT: Duration = Duration::from_secs(2);
+
+/// A test namespace with its stream; deletes the stream on drop.
+struct TestBus {
+    js: jetstream::Context,
+    ns: Namespace,
+    stream: String,
+}
+
+fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "127.0.0.1:4222".to_string())
+}
+
+impl Drop for TestBus {
+    fn drop(&mut self) {
+        let stream = self.stream.clone();
+        // The test's own client is driven by the test's runtime, which is
+        // blocked while this runs: delete over a fresh connection on a
+        // fresh runtime on its own thread (also works during a panic).
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(client) = async_nats::connect(nats_url()).await {
+                    let _ = jetstream::new(client).delete_stream(&stream).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn setup() -> TestBus {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let url = nats_url();
+    let client = match async_nats::connect(&url).await {
+        Ok(c) => c,
+        Err(e) => panic!("NATS with JetStream must run at {url} (set NATS_URL to override): {e}"),
+    };
+    let js = jetstream::new(client);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let root = format!(
+        "gpusched_test_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let ns = Namespace::new(&root).unwrap();
+    let stream = ns.evt_stream();
+    ensure_stream(&js, &stream, vec![ns.evt_wildcard()])
+        .await
+        .expect("create test stream (is JetStream enabled on the server?)");
+    // Idempotent.
+    ensure_stream(&js, &stream, vec![ns.evt_wildcard()])
+        .await
+        .unwrap();
+    TestBus { js, ns, stream }
+}
+
+fn batch(producer: &str, epoch: u64, first_seq: u64, n: u64) -> Envelope {
+    Envelope::V1(BatchV1 {
+        producer: producer.to_string(),
+        epoch,
+        first_seq,
+        last_seq: first_seq + n - 1,
+        correlation_id: Some(format!("corr-{first_seq}")),
+        events: (first_seq..first_seq + n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    Event::JobAccepted { job: JobId(i) }
+                } else {
+                    Event::NodeCordoned {
+                        node: NodeId(i as u32),
+                    }
+                }
+            })
+            .collect(),
+    })
+}
+
+/// Consumes until `want` deliveries arrived or a wait comes back empty;
+/// acks each one.
+async fn drain(sub: &Subscriber, want: usize) -> Vec<Result<Envelope, String>> {
+    let mut got = Vec::new();
+    while got.len() < want {
+        let deliveries = sub.next_batch(want - got.len(), WAIT).await.unwrap();
+        if deliveries.is_empty() {
+            break;
+        }
+        for d in deliveries {
+            d.ack().await.unwrap();
+            got.push(d.envelope.map_err(|e| e.to_string()));
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn publish_batches_consume_in_order() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone()).with_max_in_flight(16);
+    let envelopes: Vec<Envelope> = (0..50).map(|i| batch("admit", 1, i * 3 + 1, 3)).collect();
+    let outcomes = publisher
+        .publish_all(
+            &envelopes,
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 50);
+    assert!(outcomes.iter().all(|o| !o.duplicate));
+    let seqs: Vec<u64> = outcomes.iter().map(|o| o.stream_seq).collect();
+    assert_eq!(seqs, (1..=50).collect::<Vec<u64>>());
+
+    let sub = Subscriber::durable(
+        &bus.js,
+        &bus.stream,
+        "reader",
+        &bus.ns.evt_subject("admit").unwrap(),
+    )
+    .await
+    .unwrap();
+    let got = drain(&sub, 60).await;
+    let got: Vec<Envelope> = got.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(got, envelopes);
+    // Nothing more.
+    assert!(sub
+        .next_batch(10, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn delivery_carries_metadata() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    let env = batch("bind", 7, 10, 2);
+    publisher.publish(&env, None).await.unwrap();
+    let sub = Subscriber::durable(&bus.js, &bus.stream, "meta", &bus.ns.evt_wildcard())
+        .await
+        .unwrap();
+    let ds = sub.next_batch(5, WAIT).await.unwrap();
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0].stream_seq, 1);
+    assert_eq!(ds[0].subject, bus.ns.evt_subject("bind").unwrap());
+    assert_eq!(ds[0].msg_id.as_deref(), Some("bind-7-11"));
+    assert_eq!(ds[0].msg_id.as_deref(), Some(msg_id(&env).as_str()));
+    ds[0].ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn duplicate_msg_id_is_dropped() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    let env = batch("admit", 2, 1, 4);
+    let first = publisher.publish(&env, None).await.unwrap();
+    let second = publisher
+        .publish_all(&[env.clone(), env.clone()], None)
+        .await
+        .unwrap();
+    assert!(!first.duplicate);
+    assert!(second
+        .iter()
+        .all(|o| o.duplicate && o.stream_seq == first.stream_seq));
+    let next = batch("admit", 2, 5, 1);
+    publisher.publish(&next, None).await.unwrap();
+
+    let sub = Subscriber::durable(&bus.js, &bus.stream, "dedup", &bus.ns.evt_wildcard())
+        .await
+        .unwrap();
+    let got = drain(&sub, 10).await;
+    let got: Vec<Envelope> = got.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(got, vec![env, next]);
+}
+
+#[tokio::test]
+async fn malformed_message_is_skipped() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    let subject = bus.ns.evt_subject("admit").unwrap();
+    let a = batch("admit", 1, 1, 1);
+    let b = batch("admit", 1, 2, 1);
+    publisher.publish(&a, None).await.unwrap();
+    bus.js
+        .publish(subject.clone(), "garbage \u{1F4A5}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    publisher.publish(&b, None).await.unwrap();
+
+    let sub = Subscriber::durable(&bus.js, &bus.stream, "skip", &subject)
+        .await
+        .unwrap();
+    let got = drain(&sub, 3).await;
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].as_ref().unwrap(), &a);
+    assert!(got[1].is_err(), "malformed message reported: {:?}", got[1]);
+    assert_eq!(got[2].as_ref().unwrap(), &b);
+    // The malformed one was terminated: it never comes back.
+    assert!(sub
+        .next_batch(10, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Also directly: the decode error is typed.
+    let err = gpusched_bus::decode(b"garbage").unwrap_err();
+    assert!(matches!(
+        err,
+        BusError::Envelope(_) | BusError::TrailingBytes(_) | BusError::Events(_)
+    ));
+}
+
+#[tokio::test]
+async fn second_instance_resumes_after_acked() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    let envelopes: Vec<Envelope> = (0..10).map(|i| batch("admit", 1, i + 1, 1)).collect();
+    publisher.publish_all(&envelopes, None).await.unwrap();
+    let subject = bus.ns.evt_subject("admit").unwrap();
+
+    let first = Subscriber::durable(&bus.js, &bus.stream, "resume", &subject)
+        .await
+        .unwrap();
+    let got = drain(&first, 4).await;
+    assert_eq!(
+        got.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>(),
+        envelopes[..4]
+    );
+    drop(first);
+
+    let second = Subscriber::durable(&bus.js, &bus.stream, "resume", &subject)
+        .await
+        .unwrap();
+    let got = drain(&second, 20).await;
+    assert_eq!(
+        got.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>(),
+        envelopes[4..]
+    );
+}
+
+/// Not a timed test: prints the pipelined publish rate for the report.
+#[tokio::test]
+async fn pipelined_publish_of_1000() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    let envelopes: Vec<Envelope> = (0..1000).map(|i| batch("admit", 1, i + 1, 1)).collect();
+    let t = Instant::now();
+    let outcomes = publisher.publish_all(&envelopes, None).await.unwrap();
+    let dt = t.elapsed();
+    assert_eq!(outcomes.len(), 1000);
+    assert_eq!(outcomes.last().unwrap().stream_seq, 1000);
+    eprintln!(
+        "pipelined publish: 1000 envelopes ({} B each) in {:?} = {:.0}/s",
+        gpusched_bus::encode(&envelopes[0]).unwrap().len(),
+        dt,
+        1000.0 / dt.as_secs_f64()
+    );
+}
