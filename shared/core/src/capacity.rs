@@ -44,6 +44,32 @@ pub struct Domain {
     pub nodes: Vec<NodeId>,
 }
 
+/// Places `workers` workers of `g` GPUs on `nodes` (node, free GPUs) in the
+/// order given, as many per node as fit; `None` if they do not all fit.
+pub fn pack_in_order(
+    nodes: impl IntoIterator<Item = (NodeId, Gpus)>,
+    workers: u32,
+    g: Gpus,
+) -> Option<Vec<Assignment>> {
+    let g = g.max(1);
+    let mut left = workers;
+    let mut out = Vec::new();
+    for (node, free) in nodes {
+        if left == 0 {
+            break;
+        }
+        let take = (free / g).min(left);
+        if take > 0 {
+            out.push(Assignment {
+                node,
+                gpus: take * g,
+            });
+            left -= take;
+        }
+    }
+    (left == 0).then_some(out)
+}
+
 /// Worker slots of `g` GPUs in a histogram of nodes by GPUs.
 fn slots(hist: &[u32], g: Gpus) -> u64 {
     let g = g.max(1) as usize;

@@ -15,7 +15,7 @@
 //! flavor whose last pass placed nothing more is skipped until its capacity
 //! version changes (GPUs freed, nodes added, new jobs admitted).
 
-use crate::capacity::{CapacityOverlay, DomainIdx, FlavorIdx};
+use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
 use crate::cycle::{CycleConfig, ScanMemo};
 use crate::state::{Job, Phase, QueueKey, Reservation, State};
 use gpusched_events::{Assignment, Event, PendingReason};
@@ -299,20 +299,8 @@ fn pack(state: &State, job: &Job, nodes: &[(NodeId, Gpus)]) -> Option<Vec<Assign
     for k in keys {
         let mut v = groups.remove(&k).unwrap_or_default();
         v.sort_unstable();
-        let mut left = w;
-        let mut out = Vec::new();
-        for (free, n) in v {
-            let take = (free / g).min(left);
-            if take > 0 {
-                out.push(Assignment {
-                    node: n,
-                    gpus: take * g,
-                });
-                left -= take;
-            }
-            if left == 0 {
-                return Some(out);
-            }
+        if let Some(out) = pack_in_order(v.into_iter().map(|(free, n)| (n, free)), w, g) {
+            return Some(out);
         }
     }
     None
@@ -443,24 +431,9 @@ fn plan_reservation(
                 .collect()
         };
         order.sort_unstable_by(|a, b| b.cmp(a));
-        let mut left = w;
-        let mut out = Vec::new();
-        for (eventually, _, n) in order {
-            let take = (eventually / g).min(left);
-            if take > 0 {
-                out.push(Assignment {
-                    node: n,
-                    gpus: take * g,
-                });
-                left -= take;
-            }
-            if left == 0 {
-                break;
-            }
-        }
-        if left > 0 {
+        let Some(mut out) = pack_in_order(order.into_iter().map(|(x, _, n)| (n, x)), w, g) else {
             continue;
-        }
+        };
         out.sort_unstable_by_key(|a| a.node);
         let free_now: u64 = free.values().map(|&x| x as u64).sum();
         let key = (

@@ -25,7 +25,7 @@
 //! a tenant within its nominal quota, or allocate GPUs (placement binds the
 //! beneficiary once the victims' GPUs are released).
 
-use crate::capacity::{DomainIdx, FlavorIdx};
+use crate::capacity::{pack_in_order, DomainIdx, FlavorIdx};
 use crate::cycle::{CycleConfig, ScanMemo};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
@@ -920,22 +920,11 @@ fn reserve_after(
         .collect();
     // Prefer nodes the victims free, then the fullest.
     nodes.sort_unstable_by_key(|&(free, n)| (!freed.contains_key(&n), free, n));
-    let mut left = need.workers;
-    let mut out = Vec::new();
-    for (free, n) in nodes {
-        if left == 0 {
-            break;
-        }
-        let w = (free / need.g).min(left);
-        if w > 0 {
-            out.push(Assignment {
-                node: n,
-                gpus: w * need.g,
-            });
-            left -= w;
-        }
-    }
-    (left == 0).then_some(out)
+    pack_in_order(
+        nodes.into_iter().map(|(free, n)| (n, free)),
+        need.workers,
+        need.g,
+    )
 }
 
 /// Preemptible backfill to evict so a reservation's job can bind now, if
