@@ -14,11 +14,18 @@
 //! Ordering: appends take a transaction-scoped advisory lock before they
 //! insert, so sequence numbers are assigned and committed in the same order.
 //! A reader tailing with `read_from(last_seq, ..)` therefore never misses a
-//! row that commits later with a smaller sequence. Sequence numbers can have
-//! gaps (duplicates skipped by their idempotency key, rolled back appends);
-//! order, not density, is the contract. `recorded_at` is taken after that
-//! lock (`clock_timestamp()`), so it does not decrease along the sequence
-//! unless the database clock steps back.
+//! row that commits later with a smaller sequence. Under that lock the
+//! append numbers its rows itself (`max(seq) + 1, …`), so the log is dense:
+//! no gaps for rolled-back appends or skipped duplicates, and a follower
+//! that has applied N knows the next event is N + 1. `recorded_at` is taken
+//! after that lock (`clock_timestamp()`), so it does not decrease along the
+//! sequence unless the database clock steps back.
+//!
+//! Replay folds every event with `State::apply`. An event `apply` refuses
+//! (a decision another writer's earlier event made void, e.g. an admission
+//! of a job cancelled just before) changes nothing and is counted as
+//! superseded: every follower and every replay skips the same events, so
+//! they all reach the same state.
 
 mod error;
 mod lease;
@@ -102,7 +109,7 @@ impl From<Event> for NewEvent {
 }
 
 /// What an append wrote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct AppendOutcome {
     /// Sequence of the first event written (`None`: nothing written).
     pub first_seq: Option<i64>,
@@ -113,6 +120,21 @@ pub struct AppendOutcome {
     /// Events skipped because their idempotency key was already in the log
     /// (or earlier in the same batch).
     pub duplicates: u64,
+    /// Per event of the batch, in order: its sequence, or `None` when it
+    /// was skipped as a duplicate.
+    pub seqs: Vec<Option<i64>>,
+}
+
+/// What a replay folded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ReplayOutcome {
+    /// Sequence of the last event read (the starting point when none).
+    pub last_seq: i64,
+    /// Events applied.
+    pub applied: u64,
+    /// Events `State::apply` refused (decisions made void by an earlier
+    /// event of another writer); they changed nothing.
+    pub superseded: u64,
 }
 
 /// An event as stored in the log.
@@ -211,7 +233,15 @@ impl EventStore {
         let mut causations: Vec<Option<Uuid>> = Vec::with_capacity(n);
         let mut correlations: Vec<Option<Uuid>> = Vec::with_capacity(n);
         let mut keys: Vec<Option<&str>> = Vec::with_capacity(n);
+        // A key repeated inside the batch: only its first event is written.
+        let mut keep: Vec<bool> = Vec::with_capacity(n);
+        let mut seen_keys = std::collections::HashSet::new();
         for ne in batch {
+            keep.push(
+                ne.idempotency_key
+                    .as_deref()
+                    .is_none_or(|k| seen_keys.insert(k)),
+            );
             let ev = &ne.event;
             let (ak, ai) = aggregate_of(ev);
             agg_kinds.push(ak.as_str());
@@ -264,20 +294,32 @@ impl EventStore {
             .bind(APPEND_LOCK_KEY)
             .execute(&mut *tx)
             .await?;
-        let row = sqlx::query(
-            "WITH ins AS (
-                INSERT INTO events (recorded_at, aggregate_kind, aggregate_id, kind,
+        // Rows skipped by key are left out before numbering, so the
+        // sequence stays dense; `ord` maps each written row to its event.
+        let rows = sqlx::query(
+            "WITH input AS (
+                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $5::text[],
+                                     $6::text[], $8::uuid[], $9::uuid[], $10::text[],
+                                     $11::bool[])
+                       WITH ORDINALITY AS t(ak, ai, k, p, pr, ca, co, ik, keep, ord)),
+             fresh AS (
+                SELECT i.* FROM input i
+                 WHERE i.keep
+                   AND (i.ik IS NULL OR NOT EXISTS
+                        (SELECT 1 FROM events e WHERE e.idempotency_key = i.ik))),
+             numbered AS (
+                SELECT f.*, (SELECT coalesce(max(seq), 0) FROM events)
+                            + row_number() OVER (ORDER BY f.ord) AS seq
+                  FROM fresh f),
+             ins AS (
+                INSERT INTO events (seq, recorded_at, aggregate_kind, aggregate_id, kind,
                                     schema_version, payload, producer, epoch,
                                     causation_id, correlation_id, idempotency_key)
-                SELECT clock_timestamp(), t.ak, t.ai, t.k, $4, t.p::jsonb, t.pr, $7,
-                       t.ca, t.co, t.ik
-                  FROM UNNEST($1::text[], $2::text[], $3::text[], $5::text[], $6::text[],
-                              $8::uuid[], $9::uuid[], $10::text[])
-                       WITH ORDINALITY AS t(ak, ai, k, p, pr, ca, co, ik, ord)
-                 ORDER BY t.ord
-                ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                SELECT n.seq, clock_timestamp(), n.ak, n.ai, n.k, $4, n.p::jsonb, n.pr, $7,
+                       n.ca, n.co, n.ik
+                  FROM numbered n ORDER BY n.seq
                 RETURNING seq)
-             SELECT count(*) AS appended, min(seq) AS first_seq, max(seq) AS last_seq FROM ins",
+             SELECT n.ord, n.seq FROM numbered n ORDER BY n.seq",
         )
         .bind(&agg_kinds)
         .bind(&agg_ids)
@@ -289,18 +331,25 @@ impl EventStore {
         .bind(&causations)
         .bind(&correlations)
         .bind(&keys)
-        .fetch_one(&mut *tx)
+        .bind(&keep)
+        .fetch_all(&mut *tx)
         .await?;
-        let appended: i64 = row.try_get("appended")?;
-        let first_seq: Option<i64> = row.try_get("first_seq")?;
-        let last_seq: Option<i64> = row.try_get("last_seq")?;
         tx.commit().await?;
-        let appended = u64::try_from(appended).unwrap_or(0);
+        let mut seqs: Vec<Option<i64>> = vec![None; n];
+        for row in &rows {
+            let ord: i64 = row.try_get("ord")?;
+            let seq: i64 = row.try_get("seq")?;
+            if let Some(slot) = usize::try_from(ord - 1).ok().and_then(|i| seqs.get_mut(i)) {
+                *slot = Some(seq);
+            }
+        }
+        let appended = rows.len() as u64;
         Ok(AppendOutcome {
-            first_seq,
-            last_seq,
+            first_seq: seqs.iter().flatten().min().copied(),
+            last_seq: seqs.iter().flatten().max().copied(),
             appended,
             duplicates: (n as u64).saturating_sub(appended),
+            seqs,
         })
     }
 
@@ -360,39 +409,116 @@ impl EventStore {
 
     /// Folds the events after `after_seq` up to `until` onto `state` (a
     /// state that has applied exactly the log up to `after_seq`), reading
-    /// `REPLAY_PAGE` rows at a time. Returns the sequence of the last event
-    /// applied (`after_seq` when none). An event `apply` refuses stops the
-    /// replay with `StoreError::Apply` naming its sequence.
+    /// `REPLAY_PAGE` rows at a time. Events `apply` refuses are skipped and
+    /// counted as superseded (module docs).
     pub async fn replay_onto(
         &self,
         state: &mut State,
         after_seq: i64,
         until: Until,
-    ) -> Result<i64> {
+    ) -> Result<ReplayOutcome> {
         let upto = match until {
             Until::Seq(n) => n,
             Until::All | Until::Time(_) => i64::MAX,
         };
-        let mut last = after_seq;
+        let mut out = ReplayOutcome {
+            last_seq: after_seq,
+            ..ReplayOutcome::default()
+        };
         loop {
-            let page = self.read_range(last, upto, REPLAY_PAGE).await?;
+            let page = self.read_range(out.last_seq, upto, REPLAY_PAGE).await?;
             let full = page.len() == REPLAY_PAGE;
             for se in &page {
                 if let Until::Time(t) = until {
                     if se.recorded_at > t {
-                        return Ok(last);
+                        return Ok(out);
                     }
                 }
-                state.apply(&se.event).map_err(|source| StoreError::Apply {
-                    seq: se.seq,
-                    source,
-                })?;
-                last = se.seq;
+                match state.apply(&se.event) {
+                    Ok(()) => out.applied += 1,
+                    Err(_) => out.superseded += 1,
+                }
+                out.last_seq = se.seq;
             }
             if !full {
-                return Ok(last);
+                return Ok(out);
             }
         }
+    }
+
+    /// The events carrying these idempotency keys, by key (keys not in the
+    /// log are absent).
+    pub async fn events_by_keys(
+        &self,
+        keys: &[String],
+    ) -> Result<std::collections::HashMap<String, StoredEvent>> {
+        let sql =
+            format!("SELECT {SELECT_COLUMNS} FROM events WHERE idempotency_key = ANY($1::text[])");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(keys)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let se = stored_from_row(row)?;
+            if let Some(k) = se.idempotency_key.clone() {
+                out.insert(k, se);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Measures the raw batched-append ceiling of this database: `rows`
+    /// rows of a typical event (≈ 230 B of JSON) inserted with UNNEST,
+    /// `batch` rows per transaction, into a scratch temporary table on one
+    /// connection (dropped afterwards). Returns rows per second.
+    pub async fn raw_append_ceiling(&self, rows: usize, batch: usize) -> Result<f64> {
+        let batch = batch.max(1);
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query(
+            "CREATE TEMP TABLE IF NOT EXISTS scratch_append_ceiling (
+                seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                kind text NOT NULL, payload jsonb NOT NULL, producer text NOT NULL)",
+        )
+        .execute(&mut *conn)
+        .await?;
+        let payload = r#"{"type":"job_submitted","job":1,"spec":{"tenant":"tenant-17","priority":0,"workers":4,"gpus_per_worker":8,"flavors":["h100"],"topology":"block","preemptible":true,"checkpoint":null,"max_runtime_s":86400},"at":1000}"#;
+        let kinds = vec!["job_submitted"; batch];
+        let payloads = vec![payload; batch];
+        let producers = vec!["gateway"; batch];
+        let started = std::time::Instant::now();
+        let mut done = 0usize;
+        while done < rows {
+            sqlx::query(
+                "INSERT INTO scratch_append_ceiling (kind, payload, producer)
+                 SELECT k, p::jsonb, pr FROM UNNEST($1::text[], $2::text[], $3::text[]) AS t(k, p, pr)",
+            )
+            .bind(&kinds)
+            .bind(&payloads)
+            .bind(&producers)
+            .execute(&mut *conn)
+            .await?;
+            done += batch;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        sqlx::query("DROP TABLE IF EXISTS scratch_append_ceiling")
+            .execute(&mut *conn)
+            .await?;
+        Ok(done as f64 / secs.max(1e-9))
+    }
+
+    /// Draws `n` fresh job ids, never handed out before by any instance.
+    pub async fn allocate_job_ids(&self, n: u32) -> Result<Vec<u64>> {
+        let ids: Vec<i64> =
+            sqlx::query_scalar("SELECT nextval('job_ids') FROM generate_series(1, $1)")
+                .bind(i64::from(n))
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(ids
+            .into_iter()
+            .filter_map(|i| u64::try_from(i).ok())
+            .collect())
     }
 }
 

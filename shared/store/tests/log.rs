@@ -335,7 +335,7 @@ async fn replay_equals_the_live_state() {
         .replay_onto(&mut resumed, mid, Until::All)
         .await
         .expect("resume");
-    assert_eq!(last, db.store.max_seq().await.expect("max"));
+    assert_eq!(last.last_seq, db.store.max_seq().await.expect("max"));
     assert_eq!(resumed.state_hash(), run.state.state_hash());
 }
 
@@ -390,11 +390,10 @@ async fn replay_until_a_sequence_or_time_gives_that_point() {
 }
 
 #[tokio::test]
-async fn replay_names_the_sequence_apply_refuses() {
+async fn replay_skips_and_counts_an_event_apply_refuses() {
     let db = TestDb::new().await;
     let l = lease(&db, "agent", "node-7").await;
-    let out = db
-        .store
+    db.store
         .append(
             &batch(&[
                 Event::TopologyConfigured {
@@ -409,11 +408,56 @@ async fn replay_names_the_sequence_apply_refuses() {
         )
         .await
         .expect("the store does not judge events");
-    let err = db.store.replay(Until::All).await.expect_err("refused");
-    match err {
-        StoreError::Apply { seq, .. } => assert_eq!(Some(seq), out.last_seq),
-        other => panic!("expected an apply error, got {other}"),
-    }
+    let mut state = State::new();
+    let out = db
+        .store
+        .replay_onto(&mut state, 0, Until::All)
+        .await
+        .expect("replay");
+    assert_eq!((out.last_seq, out.applied, out.superseded), (2, 1, 1));
+    assert_eq!(state.applied(), 1);
+}
+
+#[tokio::test]
+async fn sequence_stays_dense_across_duplicates_and_refused_appends() {
+    let db = TestDb::new().await;
+    let l = lease(&db, "gateway", "gw-1").await;
+    let keyed = |n: u64| NewEvent::new(submitted(n)).idempotency_key(format!("k{n}"));
+    db.store
+        .append(&[keyed(1), keyed(2)], &l.fence())
+        .await
+        .expect("append");
+    let stale = Fence {
+        epoch: l.epoch + 5,
+        ..l.fence()
+    };
+    assert!(db.store.append(&[keyed(3)], &stale).await.is_err());
+    let out = db
+        .store
+        .append(&[keyed(2), keyed(4), keyed(4), keyed(5)], &l.fence())
+        .await
+        .expect("append");
+    assert_eq!(out.seqs, vec![None, Some(3), None, Some(4)]);
+    let seqs: Vec<i64> = db
+        .store
+        .read_from(0, 100)
+        .await
+        .expect("read")
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4]);
+    let found = db
+        .store
+        .events_by_keys(&["k2".to_string(), "nope".to_string()])
+        .await
+        .expect("by keys");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found.get("k2").map(|e| e.seq), Some(2));
+    let ids = db.store.allocate_job_ids(3).await.expect("ids");
+    let more = db.store.allocate_job_ids(2).await.expect("ids");
+    assert_eq!(ids.len() + more.len(), 5);
+    assert!(ids.iter().all(|i| !more.contains(i)));
 }
 
 #[tokio::test]
