@@ -39,7 +39,7 @@ pub enum BusError {
 
 impl BusError {
     /// Wraps a NATS client error with the operation that failed.
-    pub(crate) fn nats(op: &'static str, source: impl Into<async_nats::Error>) -> Self {
+    pub fn nats(op: &'static str, source: impl Into<async_nats::Error>) -> Self {
         BusError::Nats {
             op,
             source: source.into(),

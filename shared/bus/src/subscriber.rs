@@ -20,6 +20,8 @@ use crate::{decode, BusError, Envelope};
 #[derive(Debug)]
 pub struct Subscriber {
     consumer: Consumer<pull::Config>,
+    /// Whether the consumer wants acks (an ephemeral follower's does not).
+    acks: bool,
 }
 
 /// One message taken from the stream.
@@ -39,20 +41,40 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// The ack this message needs: none if already terminated, `Term` if
+    /// malformed, else `Ack`.
+    fn ack_kind(&self) -> Option<AckKind> {
+        if self.terminated {
+            None
+        } else if self.envelope.is_ok() {
+            Some(AckKind::Ack)
+        } else {
+            Some(AckKind::Term)
+        }
+    }
+
     /// Acknowledges the message and waits for the server to confirm, so a
     /// consumer started afterwards with the same durable name resumes after
     /// it. For a malformed message whose termination failed, retries it.
     pub async fn ack(&self) -> Result<(), BusError> {
-        if self.terminated {
+        let Some(kind) = self.ack_kind() else {
             return Ok(());
-        }
-        let kind = if self.envelope.is_ok() {
-            AckKind::Ack
-        } else {
-            AckKind::Term
         };
         self.message
             .double_ack_with(kind)
+            .await
+            .map_err(|e| BusError::nats("ack", e))
+    }
+
+    /// Acknowledges without waiting for the server's confirmation (one
+    /// publish, no round trip): for followers that track their own position
+    /// elsewhere and only need the consumer not to redeliver.
+    pub async fn ack_nowait(&self) -> Result<(), BusError> {
+        let Some(kind) = self.ack_kind() else {
+            return Ok(());
+        };
+        self.message
+            .ack_with(kind)
             .await
             .map_err(|e| BusError::nats("ack", e))
     }
@@ -91,7 +113,41 @@ impl Subscriber {
             )
             .await
             .map_err(|e| BusError::nats("create consumer", e))?;
-        Ok(Subscriber { consumer })
+        Ok(Subscriber {
+            consumer,
+            acks: true,
+        })
+    }
+
+    /// An ephemeral pull consumer on `stream` that receives only messages
+    /// published from now on (for read-only followers that load everything
+    /// older from the log); the server removes it `inactive` after its
+    /// last fetch.
+    pub async fn ephemeral(
+        js: &jetstream::Context,
+        stream: &str,
+        filter_subject: &str,
+        inactive: Duration,
+    ) -> Result<Self, BusError> {
+        let stream = js
+            .get_stream(stream)
+            .await
+            .map_err(|e| BusError::nats("get stream", e))?;
+        let consumer = stream
+            .create_consumer(pull::Config {
+                durable_name: None,
+                filter_subject: filter_subject.to_string(),
+                ack_policy: AckPolicy::None,
+                deliver_policy: jetstream::consumer::DeliverPolicy::New,
+                inactive_threshold: inactive,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| BusError::nats("create consumer", e))?;
+        Ok(Subscriber {
+            consumer,
+            acks: false,
+        })
     }
 
     /// Takes up to `max` messages. Returns at once with what is waiting; if
@@ -112,7 +168,7 @@ impl Subscriber {
             .messages()
             .await
             .map_err(|e| BusError::nats("fetch", e))?;
-        let mut out = Self::collect(batch).await?;
+        let mut out = Self::collect(batch, self.acks).await?;
         if out.is_empty() {
             let batch = self
                 .consumer
@@ -122,16 +178,16 @@ impl Subscriber {
                 .messages()
                 .await
                 .map_err(|e| BusError::nats("fetch", e))?;
-            out = Self::collect(batch).await?;
+            out = Self::collect(batch, self.acks).await?;
         }
         Ok(out)
     }
 
-    async fn collect(mut batch: pull::Batch) -> Result<Vec<Delivery>, BusError> {
+    async fn collect(mut batch: pull::Batch, acks: bool) -> Result<Vec<Delivery>, BusError> {
         let mut out = Vec::new();
         while let Some(item) = batch.next().await {
             match item {
-                Ok(message) => out.push(Self::deliver(message).await),
+                Ok(message) => out.push(Self::deliver(message, acks).await),
                 // Keep what arrived; report the error only if nothing did.
                 Err(e) if out.is_empty() => return Err(BusError::nats("fetch", e)),
                 Err(_) => break,
@@ -140,7 +196,7 @@ impl Subscriber {
         Ok(out)
     }
 
-    async fn deliver(message: jetstream::Message) -> Delivery {
+    async fn deliver(message: jetstream::Message, acks: bool) -> Delivery {
         let stream_seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
         let msg_id = message
             .headers
@@ -148,7 +204,9 @@ impl Subscriber {
             .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
             .map(|v| v.as_str().to_string());
         let envelope = decode(&message.payload);
-        let terminated = envelope.is_err() && message.double_ack_with(AckKind::Term).await.is_ok();
+        // Without acks there is nothing to terminate: count it as done.
+        let terminated =
+            !acks || (envelope.is_err() && message.double_ack_with(AckKind::Term).await.is_ok());
         Delivery {
             stream_seq,
             subject: message.subject.to_string(),
