@@ -4,6 +4,8 @@
 //! Must never: make scheduling decisions (the core does) or hide errors:
 //! bad input exits non-zero with a message that names the field.
 
+mod dev;
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use gpusched_sim::workload::{self, ItpOptions, SyntheticOptions};
@@ -30,6 +32,8 @@ enum Command {
     Simulate(SimulateArgs),
     /// Rebuild the scheduler state from the Postgres event log and print a summary.
     Replay(ReplayArgs),
+    /// Run every service in one process on an embedded log, with simulated nodes and a demo workload.
+    Dev(dev::DevArgs),
 }
 
 #[derive(clap::Args)]
@@ -134,6 +138,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Replay(args) => replay_log(args),
+        Command::Dev(args) => dev::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -326,11 +331,19 @@ fn replay_log(args: ReplayArgs) -> Result<()> {
             .with_context(|| "--database-url: cannot connect".to_string())?;
         let started = Instant::now();
         let last = store.max_seq().await?;
-        let state = store.replay(until).await.context("replay")?;
+        let mut state = gpusched_core::State::new();
+        let folded = store
+            .replay_onto(&mut state, 0, until)
+            .await
+            .context("replay")?;
         let secs = started.elapsed().as_secs_f64();
         let c = state.phase_counts();
         use gpusched_core::Phase;
-        println!("events applied: {} (log holds {last})", state.applied());
+        println!(
+            "events applied: {} (log holds {last}; {} superseded decisions skipped)",
+            state.applied(),
+            folded.superseded
+        );
         println!(
             "nodes: {}  tenants: {}  jobs: {}",
             state.nodes().len(),

@@ -1,0 +1,230 @@
+//! A simulated node agent: registers its nodes and plays the jobs bound to
+//! them in real time, scaled.
+//!
+//! Owns: the agent's timers (starts, checkpoints, completions). A job runs
+//! for its declared `max_runtime_s` (or a default) divided by the time
+//! scale; a checkpointable job completes a checkpoint every `interval_s`
+//! (scaled), and a victim asked to stop checkpoints at once when it can
+//! finish before its deadline. Timers are only hints: each one is checked
+//! against the state when it falls due, so a restart that rebuilds them
+//! from the log, or one made stale by a preemption, does no harm.
+//!
+//! Must never: report anything for a job not running on its nodes, or
+//! emit any event but the agent's own kinds.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use gpusched_core::{Phase, State};
+use gpusched_events::{Event, Outcome, Producer};
+use gpusched_model::{JobId, NodeId, NodeSpec, Timestamp};
+
+use crate::service::{wall_clock, Decider};
+
+/// What the simulated agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Nodes to register (those the log does not have yet).
+    pub nodes: Vec<NodeSpec>,
+    /// Simulated time runs this many times faster than wall time.
+    pub time_scale: f64,
+    /// Runtime of a job that declares none, seconds.
+    pub default_runtime_s: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// The run with this start count ends.
+    Finish(JobId, u32),
+    /// A checkpoint of the run with this start count completes, capturing
+    /// this much progress (ms).
+    Checkpoint(JobId, u32, u64),
+}
+
+/// The simulated agent as a [`Decider`].
+#[derive(Debug)]
+pub struct SimulatedAgent {
+    cfg: AgentConfig,
+    registered: bool,
+    to_start: Vec<JobId>,
+    timers: BinaryHeap<Reverse<(Timestamp, Timer)>>,
+}
+
+impl SimulatedAgent {
+    /// An agent for these nodes.
+    pub fn new(cfg: AgentConfig) -> Self {
+        SimulatedAgent {
+            cfg,
+            registered: false,
+            to_start: Vec::new(),
+            timers: BinaryHeap::new(),
+        }
+    }
+
+    fn scaled(&self, ms: u64) -> u64 {
+        let scale = if self.cfg.time_scale > 0.0 {
+            self.cfg.time_scale
+        } else {
+            1.0
+        };
+        (ms as f64 / scale).round() as u64
+    }
+
+    /// Wall milliseconds the whole job runs.
+    fn run_ms(&self, state: &State, job: JobId) -> u64 {
+        let declared = state
+            .job(job)
+            .and_then(|j| j.spec.max_runtime_s)
+            .unwrap_or(self.cfg.default_runtime_s);
+        self.scaled(declared.saturating_mul(1000)).max(1)
+    }
+
+    fn on_started(&mut self, state: &State, job: JobId, at: Timestamp) {
+        let Some(j) = state.job(job) else { return };
+        let total = self.run_ms(state, job);
+        let end = at.0 + total.saturating_sub(j.resume_progress_ms);
+        self.timers
+            .push(Reverse((Timestamp(end), Timer::Finish(job, j.starts))));
+        if let Some(c) = j.spec.checkpoint {
+            let interval = self.scaled(c.interval_s * 1000).max(1);
+            let done = at.0 + interval + self.scaled(c.duration_s * 1000);
+            if done < end {
+                self.timers.push(Reverse((
+                    Timestamp(done),
+                    Timer::Checkpoint(job, j.starts, j.resume_progress_ms + interval),
+                )));
+            }
+        }
+    }
+
+    fn on_victims(&mut self, state: &State, victims: &[gpusched_events::Victim], now: Timestamp) {
+        for v in victims {
+            let Some(j) = state.job(v.job) else { continue };
+            let (Some(c), Some(started)) = (j.spec.checkpoint, j.started_at) else {
+                continue;
+            };
+            let done = now.0 + self.scaled(c.duration_s * 1000);
+            if done <= v.deadline.0 {
+                let progress = j.resume_progress_ms + now.millis_since(started);
+                self.timers.push(Reverse((
+                    Timestamp(done),
+                    Timer::Checkpoint(v.job, j.starts, progress),
+                )));
+            }
+        }
+    }
+
+    fn fire(&mut self, state: &State, timer: Timer, now: Timestamp, out: &mut Vec<Event>) {
+        match timer {
+            Timer::Finish(job, starts) => {
+                let live = state.job(job).is_some_and(|j| {
+                    matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
+                });
+                if live {
+                    out.push(Event::JobFinished {
+                        job,
+                        outcome: Outcome::Succeeded,
+                        at: now,
+                    });
+                }
+            }
+            Timer::Checkpoint(job, starts, progress) => {
+                let Some(j) = state.job(job).filter(|j| {
+                    matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
+                }) else {
+                    return;
+                };
+                if j.last_checkpoint
+                    .as_ref()
+                    .is_some_and(|c| c.progress_ms >= progress)
+                {
+                    return;
+                }
+                out.push(Event::JobCheckpointed {
+                    job,
+                    progress_ms: progress,
+                    uri: format!("ckpt://job-{}/{}", job.0, progress),
+                    at: now,
+                });
+                // The next periodic checkpoint of this run.
+                if let (Phase::Running, Some(c), Some(started)) =
+                    (j.phase, j.spec.checkpoint, j.started_at)
+                {
+                    let interval = self.scaled(c.interval_s * 1000).max(1);
+                    let ran = progress.saturating_sub(j.resume_progress_ms);
+                    let next_ran = (ran / interval + 1) * interval;
+                    let done = started.0 + next_ran + self.scaled(c.duration_s * 1000);
+                    let end =
+                        started.0 + self.run_ms(state, job).saturating_sub(j.resume_progress_ms);
+                    if done < end {
+                        self.timers.push(Reverse((
+                            Timestamp(done),
+                            Timer::Checkpoint(job, starts, j.resume_progress_ms + next_ran),
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Decider for SimulatedAgent {
+    fn producer(&self) -> Producer {
+        Producer::Agent
+    }
+
+    fn observe(&mut self, state: &State, _seq: u64, event: &Event, applied: bool) {
+        if !applied {
+            return;
+        }
+        match event {
+            Event::JobBound { job, .. } => self.to_start.push(*job),
+            Event::JobStarted { job, at } => self.on_started(state, *job, *at),
+            Event::PreemptionPlanned { victims, .. } => {
+                self.on_victims(state, victims, wall_clock())
+            }
+            _ => {}
+        }
+    }
+
+    fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event> {
+        let mut out = Vec::new();
+        if !self.registered {
+            self.registered = true;
+            let mut next = state.nodes().len();
+            for spec in &self.cfg.nodes {
+                if state.node_id(&spec.name).is_none() {
+                    out.push(Event::NodeAdded {
+                        node: NodeId(u32::try_from(next).unwrap_or(u32::MAX)),
+                        spec: spec.clone(),
+                        at: now,
+                    });
+                    next += 1;
+                }
+            }
+        }
+        let mut starting = std::mem::take(&mut self.to_start);
+        starting.sort_unstable();
+        starting.dedup();
+        for job in starting {
+            if state.job(job).is_some_and(|j| j.phase == Phase::Bound) {
+                out.push(Event::JobStarted { job, at: now });
+            }
+        }
+        while let Some(Reverse((due, timer))) = self.timers.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            self.fire(state, timer, now, &mut out);
+        }
+        out
+    }
+
+    fn next_due(&self) -> Option<Timestamp> {
+        if !self.to_start.is_empty() || !self.registered {
+            return Some(Timestamp(0));
+        }
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+}

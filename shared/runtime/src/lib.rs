@@ -1,0 +1,32 @@
+//! gpusched runtime: the imperative shell every service shares.
+//!
+//! Owns: the handles on the event log ([`Log`]: Postgres, or the embedded
+//! in-memory log of `gpusched dev`) and on the bus ([`Bus`]: NATS
+//! JetStream, or an in-process channel), the [`Projection`] that follows
+//! the log in sequence order, the fenced decide loop ([`run_service`]) that
+//! turns a pure [`Decider`] into a service, the simulated node agent, and
+//! shutdown and tracing set-up.
+//!
+//! Must never: decide anything itself (deciding is the core's, through a
+//! `Decider`), publish a decision before the log has committed it, apply
+//! events out of sequence order, or append another service's event kinds.
+
+mod agent;
+mod bus;
+mod follow;
+mod log;
+mod projection;
+mod service;
+mod shell;
+
+pub use agent::{AgentConfig, SimulatedAgent};
+pub use bus::{Bus, Feed, Incoming, NatsBus};
+pub use follow::{follow, read_view, SharedView};
+pub use log::{Log, LoggedEvent, MemLog};
+pub use projection::{Observer, Projection};
+pub use service::{
+    bootstrap_cluster, run_service, wall_clock, Decider, ServiceConfig, ServiceStats,
+};
+pub use shell::{
+    init_tracing, init_tracing_quiet, serve, shutdown_signal, Connections, CycleArgs, StackArgs,
+};

@@ -1,0 +1,305 @@
+//! The event log as services see it: Postgres in production, an in-memory
+//! log with the same contract in `gpusched dev`.
+//!
+//! The in-memory log keeps the Postgres log's rules in one critical
+//! section: dense sequence numbers, a fence check before anything is
+//! written, idempotency keys checked in the same step, leases with epochs
+//! that only grow. It needs no service and no dependency; what it lacks is
+//! durability, which `gpusched dev` does not promise.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::Utc;
+use gpusched_events::Event;
+use gpusched_store::{AppendOutcome, EventStore, Fence, Lease, NewEvent, Result, StoreError};
+
+/// An event with its place in the log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoggedEvent {
+    /// Its sequence number (dense, from 1).
+    pub seq: u64,
+    /// The event.
+    pub event: Event,
+}
+
+/// The event log.
+#[derive(Clone, Debug)]
+pub enum Log {
+    /// The durable log in Postgres.
+    Postgres(EventStore),
+    /// The embedded log of `gpusched dev`.
+    Memory(MemLog),
+}
+
+fn seq_u64(s: i64) -> u64 {
+    u64::try_from(s).unwrap_or(0)
+}
+
+fn seq_i64(s: u64) -> i64 {
+    i64::try_from(s).unwrap_or(i64::MAX)
+}
+
+impl Log {
+    /// Appends a batch under a fence in one step (see `EventStore::append`).
+    pub async fn append(&self, batch: &[NewEvent], fence: &Fence) -> Result<AppendOutcome> {
+        match self {
+            Log::Postgres(s) => s.append(batch, fence).await,
+            Log::Memory(m) => m.append(batch, fence),
+        }
+    }
+
+    /// Up to `limit` events after `after`, in order.
+    pub async fn read_from(&self, after: u64, limit: usize) -> Result<Vec<LoggedEvent>> {
+        match self {
+            Log::Postgres(s) => Ok(s
+                .read_from(seq_i64(after), limit)
+                .await?
+                .into_iter()
+                .map(|e| LoggedEvent {
+                    seq: seq_u64(e.seq),
+                    event: e.event,
+                })
+                .collect()),
+            Log::Memory(m) => Ok(m.read_from(after, limit)),
+        }
+    }
+
+    /// The last sequence number (0: empty).
+    pub async fn max_seq(&self) -> Result<u64> {
+        match self {
+            Log::Postgres(s) => Ok(seq_u64(s.max_seq().await?)),
+            Log::Memory(m) => Ok(m.lock().events.len() as u64),
+        }
+    }
+
+    /// The events carrying these idempotency keys, by key.
+    pub async fn events_by_keys(&self, keys: &[String]) -> Result<HashMap<String, LoggedEvent>> {
+        match self {
+            Log::Postgres(s) => Ok(s
+                .events_by_keys(keys)
+                .await?
+                .into_iter()
+                .map(|(k, e)| {
+                    (
+                        k,
+                        LoggedEvent {
+                            seq: seq_u64(e.seq),
+                            event: e.event,
+                        },
+                    )
+                })
+                .collect()),
+            Log::Memory(m) => {
+                let g = m.lock();
+                Ok(keys
+                    .iter()
+                    .filter_map(|k| {
+                        let seq = *g.keys.get(k)?;
+                        let event = g.events.get(usize::try_from(seq - 1).ok()?)?.clone();
+                        Some((k.clone(), LoggedEvent { seq, event }))
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// `n` job ids never handed out before.
+    pub async fn allocate_job_ids(&self, n: u32) -> Result<Vec<u64>> {
+        match self {
+            Log::Postgres(s) => s.allocate_job_ids(n).await,
+            Log::Memory(m) => {
+                let mut g = m.lock();
+                let first = g.next_job_id.max(1);
+                g.next_job_id = first + u64::from(n);
+                Ok((first..first + u64::from(n)).collect())
+            }
+        }
+    }
+
+    /// Takes the lease if free or expired (see `EventStore::acquire_lease`).
+    pub async fn acquire_lease(
+        &self,
+        service: &str,
+        partition: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        match self {
+            Log::Postgres(s) => s.acquire_lease(service, partition, holder, ttl).await,
+            Log::Memory(m) => Ok(m.acquire(service, partition, holder, ttl)),
+        }
+    }
+
+    /// Extends a held lease.
+    pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        match self {
+            Log::Postgres(s) => s.renew_lease(lease, ttl).await,
+            Log::Memory(m) => m.renew(lease, ttl),
+        }
+    }
+
+    /// Gives a held lease up.
+    pub async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        match self {
+            Log::Postgres(s) => s.release_lease(lease).await,
+            Log::Memory(m) => m.release(lease),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct MemInner {
+    events: Vec<Event>,
+    keys: HashMap<String, u64>,
+    leases: HashMap<(String, String), Lease>,
+    next_job_id: u64,
+}
+
+/// The embedded in-memory log (module docs).
+#[derive(Clone, Debug, Default)]
+pub struct MemLog {
+    inner: Arc<Mutex<MemInner>>,
+}
+
+fn lost(lease: &Lease) -> StoreError {
+    StoreError::LeaseLost {
+        service: lease.service.clone(),
+        partition: lease.partition.clone(),
+        epoch: lease.epoch,
+        holder: lease.holder.clone(),
+    }
+}
+
+fn expiry(ttl: Duration) -> chrono::DateTime<Utc> {
+    Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX)
+}
+
+impl MemLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        MemLog::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, MemInner> {
+        // A panic while holding the lock cannot leave the log half-written
+        // (each step checks before it writes), so a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every event, in order.
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().events.clone()
+    }
+
+    fn append(&self, batch: &[NewEvent], fence: &Fence) -> Result<AppendOutcome> {
+        let mut g = self.lock();
+        let key = (fence.service.clone(), fence.partition.clone());
+        match g.leases.get(&key) {
+            None => {
+                return Err(StoreError::NoLease {
+                    service: fence.service.clone(),
+                    partition: fence.partition.clone(),
+                })
+            }
+            Some(l) if l.epoch != fence.epoch => {
+                return Err(StoreError::StaleEpoch {
+                    service: fence.service.clone(),
+                    partition: fence.partition.clone(),
+                    held: l.epoch,
+                    given: fence.epoch,
+                })
+            }
+            Some(_) => {}
+        }
+        let mut seqs = Vec::with_capacity(batch.len());
+        for ne in batch {
+            if let Some(k) = &ne.idempotency_key {
+                if g.keys.contains_key(k) {
+                    seqs.push(None);
+                    continue;
+                }
+            }
+            g.events.push(ne.event.clone());
+            let seq = g.events.len() as u64;
+            if let Some(k) = &ne.idempotency_key {
+                g.keys.insert(k.clone(), seq);
+            }
+            seqs.push(Some(seq_i64(seq)));
+        }
+        let appended = seqs.iter().flatten().count() as u64;
+        Ok(AppendOutcome {
+            first_seq: seqs.iter().flatten().min().copied(),
+            last_seq: seqs.iter().flatten().max().copied(),
+            appended,
+            duplicates: batch.len() as u64 - appended,
+            seqs,
+        })
+    }
+
+    fn read_from(&self, after: u64, limit: usize) -> Vec<LoggedEvent> {
+        let g = self.lock();
+        let start = usize::try_from(after)
+            .unwrap_or(usize::MAX)
+            .min(g.events.len());
+        g.events[start..]
+            .iter()
+            .take(limit)
+            .enumerate()
+            .map(|(i, e)| LoggedEvent {
+                seq: (start + i + 1) as u64,
+                event: e.clone(),
+            })
+            .collect()
+    }
+
+    fn acquire(
+        &self,
+        service: &str,
+        partition: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Option<Lease> {
+        let mut g = self.lock();
+        let key = (service.to_string(), partition.to_string());
+        let epoch = match g.leases.get(&key) {
+            Some(l) if l.expires_at > Utc::now() => return None,
+            Some(l) => l.epoch + 1,
+            None => 1,
+        };
+        let lease = Lease {
+            service: service.to_string(),
+            partition: partition.to_string(),
+            holder: holder.to_string(),
+            epoch,
+            expires_at: expiry(ttl),
+        };
+        g.leases.insert(key, lease.clone());
+        Some(lease)
+    }
+
+    fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let mut g = self.lock();
+        let key = (lease.service.clone(), lease.partition.clone());
+        match g.leases.get_mut(&key) {
+            Some(l) if l.epoch == lease.epoch && l.holder == lease.holder => {
+                l.expires_at = expiry(ttl);
+                Ok(l.clone())
+            }
+            _ => Err(lost(lease)),
+        }
+    }
+
+    fn release(&self, lease: &Lease) -> Result<()> {
+        let mut g = self.lock();
+        let key = (lease.service.clone(), lease.partition.clone());
+        match g.leases.get_mut(&key) {
+            Some(l) if l.epoch == lease.epoch && l.holder == lease.holder => {
+                l.expires_at = l.expires_at.min(Utc::now());
+                Ok(())
+            }
+            _ => Err(lost(lease)),
+        }
+    }
+}

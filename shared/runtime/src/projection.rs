@@ -1,0 +1,173 @@
+//! A service's view of the scheduler: the core `State` folded from the log
+//! in sequence order.
+//!
+//! Owns: the fold position, batches that arrived ahead of a gap, and the
+//! count of superseded events. Batches come from the bus in any order (or
+//! not at all); the projection applies only the next sequence, keeps later
+//! batches until the gap closes, and reads the log to close a gap the bus
+//! does not.
+//!
+//! Must never: apply an event twice or out of order, or decide anything.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use gpusched_bus::BatchV1;
+use gpusched_core::State;
+use gpusched_events::Event;
+use gpusched_store::Result;
+
+use crate::log::Log;
+
+/// Rows read per round trip when rebuilding or filling a gap.
+const PAGE: usize = 10_000;
+
+/// Called for every event folded: the state after the fold, the event's
+/// sequence, the event, and whether `apply` took it (false: superseded).
+pub type Observer<'a> = dyn FnMut(&State, u64, &Event, bool) + Send + 'a;
+
+/// The state folded from the log (module docs).
+#[derive(Debug, Default)]
+pub struct Projection {
+    state: State,
+    seq: u64,
+    ahead: BTreeMap<u64, Arc<BatchV1>>,
+    gap_since: Option<Instant>,
+    superseded: u64,
+}
+
+impl Projection {
+    /// An empty projection at sequence 0.
+    pub fn new() -> Self {
+        Projection {
+            state: State::new(),
+            ..Default::default()
+        }
+    }
+
+    /// Folds the whole log as it stands.
+    pub async fn rebuild(log: &Log, observe: &mut Observer<'_>) -> Result<Self> {
+        let mut p = Projection::new();
+        p.catch_up(log, u64::MAX, observe).await?;
+        Ok(p)
+    }
+
+    /// The state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Sequence of the last event folded.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Events `apply` refused so far (decisions made void by an earlier
+    /// event of another writer).
+    pub fn superseded(&self) -> u64 {
+        self.superseded
+    }
+
+    /// Whether batches are waiting behind a gap, and since when.
+    pub fn gap_since(&self) -> Option<Instant> {
+        self.gap_since
+    }
+
+    /// The highest sequence known to exist (folded or waiting).
+    pub fn known_seq(&self) -> u64 {
+        self.ahead
+            .values()
+            .map(|b| b.last_seq)
+            .max()
+            .unwrap_or(0)
+            .max(self.seq)
+    }
+
+    /// Folds one event read from the log; it must be the next one.
+    pub fn fold_one(&mut self, seq: u64, ev: &Event, observe: &mut Observer<'_>) {
+        if seq == self.seq + 1 {
+            self.fold(seq, ev, observe);
+        }
+    }
+
+    /// After folds from the log: drops waiting batches now behind and folds
+    /// those that became contiguous. Returns the events folded.
+    pub fn settle(&mut self, observe: &mut Observer<'_>) -> usize {
+        let seq = self.seq;
+        self.ahead.retain(|_, b| b.last_seq > seq);
+        self.drain(observe)
+    }
+
+    fn fold(&mut self, seq: u64, ev: &Event, observe: &mut Observer<'_>) {
+        let ok = self.state.apply(ev).is_ok();
+        if !ok {
+            self.superseded += 1;
+        }
+        self.seq = seq;
+        observe(&self.state, seq, ev, ok);
+    }
+
+    /// Takes a batch from the bus and folds everything now contiguous.
+    /// Returns the events folded.
+    pub fn offer(&mut self, batch: Arc<BatchV1>, observe: &mut Observer<'_>) -> usize {
+        if batch.last_seq > self.seq && !batch.events.is_empty() {
+            self.ahead.insert(batch.first_seq, batch);
+        }
+        self.drain(observe)
+    }
+
+    fn drain(&mut self, observe: &mut Observer<'_>) -> usize {
+        let mut folded = 0;
+        while let Some((&first, _)) = self.ahead.first_key_value() {
+            if first > self.seq + 1 {
+                break;
+            }
+            let Some((_, b)) = self.ahead.pop_first() else {
+                break;
+            };
+            for (i, ev) in b.events.iter().enumerate() {
+                let seq = b.first_seq + i as u64;
+                if seq == self.seq + 1 {
+                    self.fold(seq, ev, observe);
+                    folded += 1;
+                }
+            }
+        }
+        self.gap_since = if self.ahead.is_empty() {
+            None
+        } else {
+            self.gap_since.or_else(|| Some(Instant::now()))
+        };
+        folded
+    }
+
+    /// Reads the log from the fold position up to `upto` (or its end) and
+    /// folds it, then whatever waiting batches become contiguous. Returns
+    /// the events folded.
+    pub async fn catch_up(
+        &mut self,
+        log: &Log,
+        upto: u64,
+        observe: &mut Observer<'_>,
+    ) -> Result<usize> {
+        let mut folded = 0;
+        while self.seq < upto {
+            let page = log.read_from(self.seq, PAGE).await?;
+            let n = page.len();
+            for le in page {
+                if le.seq > upto {
+                    break;
+                }
+                if le.seq == self.seq + 1 {
+                    self.fold(le.seq, &le.event, observe);
+                    folded += 1;
+                }
+            }
+            if n < PAGE {
+                break;
+            }
+        }
+        Ok(folded + self.settle(observe))
+    }
+}

@@ -1,0 +1,183 @@
+//! Process set-up shared by every service binary: connection flags,
+//! tracing, and the shutdown signal.
+
+use std::time::Duration;
+
+use clap::Args;
+use gpusched_bus::Namespace;
+use gpusched_store::EventStore;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use crate::bus::Bus;
+use crate::log::Log;
+
+/// Where the log and the bus are, as every service takes them.
+#[derive(Args, Clone, Debug)]
+pub struct StackArgs {
+    /// Postgres holding the event log.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
+    )]
+    pub database_url: String,
+    /// NATS server with JetStream.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Root of subject and stream names (streams `<ROOT>_EVT`, `<ROOT>_CMD`).
+    #[arg(long, env = "GPUSCHED_NAMESPACE", default_value = "gpusched")]
+    pub namespace: String,
+    /// This instance's name in leases (default: host name and process id).
+    #[arg(long, env = "GPUSCHED_INSTANCE")]
+    pub instance: Option<String>,
+    /// Lease time to live: a standby takes over this long after the active
+    /// instance stops, seconds.
+    #[arg(long, env = "GPUSCHED_LEASE_TTL_S", default_value_t = 5.0)]
+    pub lease_ttl_s: f64,
+    /// Run the database migrations on start.
+    #[arg(long, env = "GPUSCHED_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub migrate: bool,
+}
+
+/// Open connections to the log and the bus.
+#[derive(Clone, Debug)]
+pub struct Connections {
+    /// The log.
+    pub log: Log,
+    /// The bus.
+    pub bus: Bus,
+    /// This instance's name.
+    pub instance: String,
+    /// Lease TTL.
+    pub lease_ttl: Duration,
+}
+
+impl StackArgs {
+    /// Connects to Postgres (migrating if asked) and NATS.
+    pub async fn connect(&self, service: &str) -> anyhow::Result<Connections> {
+        use anyhow::Context;
+        let store = EventStore::connect(&self.database_url, 4)
+            .await
+            .with_context(|| format!("--database-url {}: cannot connect", self.database_url))?;
+        if self.migrate {
+            store.migrate().await.context("running migrations")?;
+        }
+        let ns = Namespace::new(&self.namespace).context("--namespace")?;
+        let bus = Bus::connect_nats(&self.nats_url, ns)
+            .await
+            .with_context(|| format!("--nats-url {}: cannot connect", self.nats_url))?;
+        let instance = self.instance.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".to_string());
+            format!("{service}-{host}-{}", std::process::id())
+        });
+        if !(self.lease_ttl_s > 0.0 && self.lease_ttl_s.is_finite()) {
+            anyhow::bail!("--lease-ttl-s: must be a positive number of seconds");
+        }
+        Ok(Connections {
+            log: Log::Postgres(store),
+            bus,
+            instance,
+            lease_ttl: Duration::from_secs_f64(self.lease_ttl_s),
+        })
+    }
+}
+
+/// Structured logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A token cancelled on SIGTERM or Ctrl-C.
+pub fn shutdown_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown signal received");
+        t.cancel();
+    });
+    token
+}
+
+/// Runs one deciding service process: connects, then runs the decide loop
+/// until SIGTERM (the whole `main` of a deciding service).
+pub async fn serve<D, F>(service: &str, stack: &StackArgs, make: F) -> anyhow::Result<()>
+where
+    D: crate::service::Decider,
+    F: Fn() -> D,
+{
+    init_tracing();
+    let conns = stack.connect(service).await?;
+    let shutdown = shutdown_signal();
+    let mut cfg = crate::service::ServiceConfig::new(service, &conns.instance);
+    cfg.lease_ttl = conns.lease_ttl;
+    tracing::info!(service, instance = %conns.instance, "starting");
+    crate::service::run_service(
+        conns.log,
+        conns.bus,
+        cfg,
+        make,
+        shutdown,
+        std::sync::Arc::default(),
+    )
+    .await
+}
+
+/// Cycle limits as the deciding services take them.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct CycleArgs {
+    /// K: queue heads (quota) or admitted jobs (placement) examined per cycle.
+    #[arg(long, env = "GPUSCHED_MAX_HEADS", default_value_t = 256)]
+    pub max_heads: usize,
+    /// How deep one tenant's queue is searched per cycle.
+    #[arg(long, env = "GPUSCHED_MAX_HEADS_PER_TENANT", default_value_t = 64)]
+    pub max_heads_per_tenant: usize,
+    /// R: blocked jobs holding a reservation at once (0: no reservations, no backfill).
+    #[arg(long, env = "GPUSCHED_RESERVATIONS", default_value_t = 4)]
+    pub reservations: usize,
+}
+
+impl CycleArgs {
+    /// The core's cycle limits from these flags.
+    pub fn config(&self) -> gpusched_core::CycleConfig {
+        gpusched_core::CycleConfig {
+            max_heads: self.max_heads.max(1),
+            max_heads_per_tenant: self.max_heads_per_tenant.max(1),
+            reservations: self.reservations,
+            ..gpusched_core::CycleConfig::default()
+        }
+    }
+}
+
+/// Like [`init_tracing`] but warnings only unless `RUST_LOG` says more
+/// (for interactive commands with their own progress display).
+pub fn init_tracing_quiet() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
