@@ -1,0 +1,242 @@
+//! The services as separate processes over the real Postgres and NATS:
+//! 1,000 jobs end to end, replay equal to the live state, a SIGKILLed
+//! service (with and without a standby), a stale epoch refused, a repeated
+//! idempotency key, and a malformed message.
+#![allow(clippy::unwrap_used)]
+
+mod stack;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use gpusched_bus::async_nats;
+use gpusched_events::Event;
+use gpusched_model::JobSpec;
+use gpusched_sim::workload::{self, SyntheticOptions};
+use gpusched_sim::{Cluster, WorkloadKind};
+use gpusched_store::{NewEvent, StoreError, Until};
+use serde::Deserialize;
+use stack::Stack;
+
+#[derive(Debug, Deserialize)]
+struct Status {
+    seq: u64,
+    state_hash: String,
+    jobs: usize,
+    phases: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Submitted {
+    id: u64,
+}
+
+/// `n` jobs of the synthetic mix over the demo tenants, running 1–4 min of
+/// simulated time (a few tens of ms at the agents' time scale).
+fn jobs(n: usize, seed: u64) -> Vec<JobSpec> {
+    let cluster = Cluster::demo();
+    let w = workload::synthetic(&SyntheticOptions {
+        jobs: n,
+        tenants: cluster.tenants.clone(),
+        seed,
+        arrival_rate_per_s: 0.0,
+        gpus_per_node: cluster.gpus_per_node,
+    });
+    w.items
+        .into_iter()
+        .filter_map(|i| match i.kind {
+            WorkloadKind::Submit {
+                mut spec,
+                duration_s,
+            } => {
+                spec.max_runtime_s = Some(60 + duration_s % 180);
+                Some(spec)
+            }
+            WorkloadKind::NodeLost { .. } => None,
+        })
+        .collect()
+}
+
+async fn submit_all(http: &str, specs: &[JobSpec], key_prefix: &str) -> Vec<u64> {
+    let client = reqwest::Client::new();
+    let mut ids = Vec::with_capacity(specs.len());
+    for chunk in specs.chunks(50).enumerate() {
+        let (c, chunk) = chunk;
+        let futs = chunk.iter().enumerate().map(|(i, spec)| {
+            let client = client.clone();
+            let key = format!("{key_prefix}-{}", c * 50 + i);
+            async move {
+                let r = client
+                    .post(format!("{http}/v1/jobs"))
+                    .header("Idempotency-Key", key)
+                    .json(spec)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+                r.json::<Submitted>().await.unwrap().id
+            }
+        });
+        ids.extend(futures::future::join_all(futs).await);
+    }
+    ids
+}
+
+async fn status(http: &str) -> Status {
+    reqwest::get(format!("{http}/v1/status"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Waits until `n` jobs have ended; returns the final status.
+async fn wait_ended(stack: &Stack, n: usize) -> Status {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let s = status(&stack.http).await;
+        let ended: u64 = ["succeeded", "failed", "cancelled", "rejected"]
+            .iter()
+            .filter_map(|p| s.phases.get(*p))
+            .sum();
+        if s.jobs >= n && ended as usize >= n {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jobs did not all end: {s:?}; logs in {}",
+            stack.logs().display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The log holds each job's submission once and its end once, and a replay
+/// to the live view's sequence gives the live hash.
+async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
+    let events = stack.db.store.read_from(0, 10_000_000).await.unwrap();
+    let mut submitted: HashMap<u64, u32> = HashMap::new();
+    let mut finished: HashMap<u64, u32> = HashMap::new();
+    for e in &events {
+        match &e.event {
+            Event::JobSubmitted { job, .. } => *submitted.entry(job.0).or_default() += 1,
+            Event::JobFinished { job, .. } => *finished.entry(job.0).or_default() += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(submitted.len(), ids.len(), "one job per submission");
+    assert!(submitted.values().all(|&n| n == 1));
+    for id in ids {
+        assert_eq!(finished.get(id), Some(&1), "job {id} finished exactly once");
+    }
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "dense log");
+    let replayed = stack
+        .db
+        .store
+        .replay(Until::Seq(i64::try_from(live.seq).unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(replayed.state_hash(), live.state_hash, "replay == live");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_jobs_through_every_service() {
+    let mut stack = Stack::new().await;
+    stack.start_all().await;
+    let specs = jobs(1000, 11);
+    let started = Instant::now();
+    let ids = submit_all(&stack.http, &specs, "clean").await;
+    let live = wait_ended(&stack, 1000).await;
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(live.phases.get("succeeded"), Some(&1000), "{live:?}");
+    assert_log_consistent(&stack, &live, &ids).await;
+    eprintln!(
+        "1000 jobs end to end in {secs:.1} s ({:.0} jobs/s, {} events, {:.0} events/s)",
+        1000.0 / secs,
+        live.seq,
+        live.seq as f64 / secs
+    );
+    // Graceful shutdown: every service exits 0 on SIGTERM.
+    let instances: Vec<String> = stack.procs.iter().map(|p| p.instance.clone()).collect();
+    for i in instances {
+        assert!(stack.terminate(&i), "{i} exited non-zero on SIGTERM");
+    }
+    stack.teardown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_services_lose_and_duplicate_nothing() {
+    let mut stack = Stack::new().await;
+    stack.start_all().await;
+    // A standby for quota: it waits until the active instance's lease lapses.
+    let standby = stack.start("quota");
+    let specs = jobs(1000, 12);
+    let mut ids = submit_all(&stack.http, &specs[..300], "kill-a").await;
+
+    // SIGKILL the active quota instance; the standby takes over.
+    let (active, epoch) = stack.lease_holder("quota").await.unwrap();
+    assert_ne!(active, standby, "the first instance leads");
+    stack.kill(&active);
+    // SIGKILL placement (no standby) and start it again.
+    let placement = stack.lease_holder("placement").await.unwrap().0;
+    stack.kill(&placement);
+    stack.start("placement");
+
+    // A malformed message on an event subject does not stop any consumer.
+    let client = async_nats::connect(stack::nats_url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.publish(
+        format!("{}.evt.agent", stack.namespace),
+        "not an envelope".into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+
+    ids.extend(submit_all(&stack.http, &specs[300..], "kill-b").await);
+
+    // The same key again: the same job, nothing new in the log.
+    let client = reqwest::Client::new();
+    let again = client
+        .post(format!("{}/v1/jobs", stack.http))
+        .header("Idempotency-Key", "kill-a-7")
+        .json(&specs[7])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.json::<Submitted>().await.unwrap().id, ids[7]);
+
+    let live = wait_ended(&stack, 1000).await;
+    assert_eq!(live.jobs, 1000, "{live:?}");
+    assert_eq!(live.phases.get("succeeded"), Some(&1000), "{live:?}");
+    assert_log_consistent(&stack, &live, &ids).await;
+
+    // The standby took the lease with a new epoch; the old epoch is fenced.
+    let (holder, new_epoch) = stack.lease_holder("quota").await.unwrap();
+    assert_eq!(holder, standby);
+    assert!(new_epoch > epoch);
+    let stale = gpusched_store::Fence {
+        service: "quota".into(),
+        partition: "default".into(),
+        epoch,
+    };
+    let refused = stack
+        .db
+        .store
+        .append(
+            &[NewEvent::new(Event::JobAccepted {
+                job: gpusched_model::JobId(ids[0]),
+            })],
+            &stale,
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::StaleEpoch { .. })),
+        "{refused:?}"
+    );
+    stack.teardown().await;
+}
