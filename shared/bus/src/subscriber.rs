@@ -151,16 +151,38 @@ impl Subscriber {
     }
 
     /// Takes up to `max` messages. Returns at once with what is waiting; if
-    /// nothing is, waits up to `timeout` for messages (a wait may last the
-    /// whole `timeout` if fewer than `max` arrive). An empty vector means
-    /// nothing came. Malformed messages are terminated here and returned
-    /// with their decode error.
+    /// nothing is, waits up to `timeout` for the first message and returns
+    /// as soon as it comes, with whatever else is waiting by then. An empty
+    /// vector means nothing came. Malformed messages are terminated here and
+    /// returned with their decode error.
     pub async fn next_batch(
         &self,
         max: usize,
         timeout: Duration,
     ) -> Result<Vec<Delivery>, BusError> {
         let max = max.max(1);
+        let mut out = self.fetch_waiting(max).await?;
+        if out.is_empty() {
+            // A pull request for one message returns when it arrives; one
+            // for `max` would wait out `timeout` unless `max` arrived.
+            let batch = self
+                .consumer
+                .batch()
+                .max_messages(1)
+                .expires(timeout)
+                .messages()
+                .await
+                .map_err(|e| BusError::nats("fetch", e))?;
+            out = Self::collect(batch, self.acks).await?;
+            if !out.is_empty() && max > 1 {
+                out.extend(self.fetch_waiting(max - 1).await?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `max` messages already waiting, without waiting for more.
+    async fn fetch_waiting(&self, max: usize) -> Result<Vec<Delivery>, BusError> {
         let batch = self
             .consumer
             .fetch()
@@ -168,19 +190,7 @@ impl Subscriber {
             .messages()
             .await
             .map_err(|e| BusError::nats("fetch", e))?;
-        let mut out = Self::collect(batch, self.acks).await?;
-        if out.is_empty() {
-            let batch = self
-                .consumer
-                .batch()
-                .max_messages(max)
-                .expires(timeout)
-                .messages()
-                .await
-                .map_err(|e| BusError::nats("fetch", e))?;
-            out = Self::collect(batch, self.acks).await?;
-        }
-        Ok(out)
+        Self::collect(batch, self.acks).await
     }
 
     async fn collect(mut batch: pull::Batch, acks: bool) -> Result<Vec<Delivery>, BusError> {
