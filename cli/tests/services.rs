@@ -240,3 +240,57 @@ async fn killed_services_lose_and_duplicate_nothing() {
     );
     stack.teardown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_relays_what_it_committed_but_never_published() {
+    let mut stack = Stack::new().await;
+    // A decision the admission service committed before it crashed, never
+    // published: appended under its lease, nothing on the bus.
+    let lease = stack
+        .db
+        .store
+        .acquire_lease(
+            "admission",
+            "default",
+            "crashed",
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let out = stack
+        .db
+        .store
+        .append(
+            &[NewEvent::new(Event::JobAccepted {
+                job: gpusched_model::JobId(42),
+            })],
+            &lease.fence(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.last_seq, Some(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The next admission instance takes the lease over and relays it.
+    stack.start("admission");
+    let client = async_nats::connect(stack::nats_url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let ns = gpusched_bus::Namespace::new(&stack.namespace).unwrap();
+    let subject = ns.evt_subject("admission").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let batch = loop {
+        if let Ok(stream) = js.get_stream(ns.evt_stream()).await {
+            if let Ok(msg) = stream.get_last_raw_message_by_subject(&subject).await {
+                match gpusched_bus::decode(&msg.payload).unwrap() {
+                    gpusched_bus::Envelope::V1(b) => break b,
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "nothing relayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((batch.first_seq, batch.last_seq), (1, 1));
+    assert!(matches!(batch.events[..], [Event::JobAccepted { .. }]));
+    stack.teardown().await;
+}
