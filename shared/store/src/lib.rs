@@ -470,13 +470,13 @@ impl EventStore {
 
     /// Measures the raw batched-append ceiling of this database: `rows`
     /// rows of a typical event (≈ 230 B of JSON) inserted with UNNEST,
-    /// `batch` rows per transaction, into a scratch temporary table on one
-    /// connection (dropped afterwards). Returns rows per second.
+    /// `batch` rows per transaction, into a scratch table (logged, like the
+    /// log; dropped afterwards). Returns rows per second.
     pub async fn raw_append_ceiling(&self, rows: usize, batch: usize) -> Result<f64> {
         let batch = batch.max(1);
         let mut conn = self.pool.acquire().await?;
         sqlx::query(
-            "CREATE TEMP TABLE IF NOT EXISTS scratch_append_ceiling (
+            "CREATE TABLE IF NOT EXISTS scratch_append_ceiling (
                 seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                 recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
                 kind text NOT NULL, payload jsonb NOT NULL, producer text NOT NULL)",
