@@ -83,7 +83,7 @@ pub fn run(args: DevArgs) -> Result<()> {
     if args.jobs == 0 {
         bail!("--jobs: must be at least 1");
     }
-    gpusched_runtime::init_tracing_quiet();
+    let _telemetry = gpusched_runtime::init_tracing_quiet("dev");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -39,9 +39,11 @@ async fn main() -> anyhow::Result<()> {
     if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
         anyhow::bail!("--time-scale: must be a positive number");
     }
+    // Before `serve`, so the configuration step is traced too; `serve`
+    // then finds the subscriber in place.
+    let _telemetry = gpusched_runtime::init_tracing(SERVICE);
     let cluster = load_cluster(args.cluster.as_deref())?;
     if args.configure {
-        gpusched_runtime::init_tracing();
         let conns = args.stack.connect(SERVICE).await?;
         let n = gpusched_runtime::bootstrap_cluster(
             &conns.log,

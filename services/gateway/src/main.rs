@@ -19,7 +19,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    init_tracing();
+    let _telemetry = init_tracing("gateway");
     let conns = args.stack.connect("gateway").await?;
     let shutdown = shutdown_signal();
     let (gw, tasks) =

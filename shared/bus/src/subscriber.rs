@@ -33,6 +33,8 @@ pub struct Delivery {
     pub subject: String,
     /// Its `Nats-Msg-Id`, if any.
     pub msg_id: Option<String>,
+    /// Its W3C `traceparent` header, if the publisher sent one.
+    pub traceparent: Option<String>,
     /// The decoded envelope, or why it could not be decoded. A malformed
     /// message has already been terminated (never redelivered).
     pub envelope: Result<Envelope, BusError>,
@@ -213,6 +215,11 @@ impl Subscriber {
             .as_ref()
             .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
             .map(|v| v.as_str().to_string());
+        let traceparent = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(crate::publisher::TRACEPARENT))
+            .map(|v| v.as_str().to_string());
         let envelope = decode(&message.payload);
         // Without acks there is nothing to terminate: count it as done.
         let terminated =
@@ -221,6 +228,7 @@ impl Subscriber {
             stream_seq,
             subject: message.subject.to_string(),
             msg_id,
+            traceparent,
             envelope,
             terminated,
             message,

@@ -39,8 +39,9 @@ pub struct NatsBus {
 /// What a feed delivered.
 #[derive(Debug)]
 pub enum Incoming {
-    /// A decoded batch.
-    Batch(Arc<BatchV1>),
+    /// A decoded batch, with the W3C `traceparent` it came with (NATS
+    /// header; never on the in-process bus).
+    Batch(Arc<BatchV1>, Option<String>),
     /// A message that could not be decoded (already terminated), and why.
     Malformed(String),
     /// The feed dropped messages; the follower must read the log.
@@ -78,12 +79,14 @@ impl Bus {
         Bus::Memory(broadcast::channel(MEMORY_CAPACITY).0)
     }
 
-    /// Publishes one batch and waits until the bus has it.
+    /// Publishes one batch and waits until the bus has it. On NATS the
+    /// current span's trace context rides in the `traceparent` header.
     pub async fn publish(&self, batch: Arc<BatchV1>) -> Result<(), BusError> {
         match self {
             Bus::Nats(n) => {
+                let traceparent = crate::telemetry::current_traceparent();
                 n.publisher
-                    .publish(&Envelope::V1((*batch).clone()), None)
+                    .publish(&Envelope::V1((*batch).clone()), traceparent.as_deref())
                     .await?;
                 Ok(())
             }
@@ -159,7 +162,7 @@ impl Feed {
                         Ok(Envelope::V1(ref b)) => {
                             let b = Arc::new(b.clone());
                             d.ack_nowait().await?;
-                            out.push(Incoming::Batch(b));
+                            out.push(Incoming::Batch(b, d.traceparent.clone()));
                         }
                         Err(ref e) => {
                             let why = format!("subject {}: {e}", d.subject);
@@ -179,7 +182,7 @@ impl Feed {
                 let mut next = Some(first);
                 while let Some(r) = next.take() {
                     match r {
-                        Ok(b) => out.push(Incoming::Batch(b)),
+                        Ok(b) => out.push(Incoming::Batch(b, None)),
                         Err(broadcast::error::RecvError::Lagged(_)) => out.push(Incoming::Lagged),
                         Err(broadcast::error::RecvError::Closed) => return Ok(out),
                     }

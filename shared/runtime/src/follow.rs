@@ -72,7 +72,7 @@ pub async fn follow(
                 let mut p = write_view(&view);
                 for item in items {
                     match item {
-                        Incoming::Batch(b) => {
+                        Incoming::Batch(b, _) => {
                             p.offer(b, &mut noop);
                         }
                         Incoming::Malformed(why) => warn!(%why, "malformed message skipped"),

@@ -5,7 +5,9 @@
 //! JetStream, or an in-process channel), the [`Projection`] that follows
 //! the log in sequence order, the fenced decide loop ([`run_service`]) that
 //! turns a pure [`Decider`] into a service, the simulated node agent, and
-//! shutdown and tracing set-up.
+//! shutdown, and tracing set-up (with OpenTelemetry export over OTLP and
+//! W3C trace context in NATS headers when `OTEL_EXPORTER_OTLP_ENDPOINT` is
+//! set).
 //!
 //! Must never: decide anything itself (deciding is the core's, through a
 //! `Decider`), publish a decision before the log has committed it, apply
@@ -18,6 +20,7 @@ mod log;
 mod projection;
 mod service;
 mod shell;
+mod telemetry;
 
 pub use agent::{AgentConfig, SimulatedAgent};
 pub use bus::{Bus, Feed, Incoming, NatsBus};
@@ -29,4 +32,8 @@ pub use service::{
 };
 pub use shell::{
     init_tracing, init_tracing_quiet, serve, shutdown_signal, Connections, CycleArgs, StackArgs,
+};
+pub use telemetry::{
+    current_traceparent, init_tracing_with, parent_context, set_remote_parent, TelemetryGuard,
+    OTLP_ENDPOINT_ENV,
 };

@@ -22,7 +22,7 @@ use gpusched_events::{Event, Producer};
 use gpusched_model::Timestamp;
 use gpusched_store::{producer_name, Lease, NewEvent, StoreError};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, info_span, warn, Instrument};
 
 use crate::bus::{Bus, Incoming};
 use crate::log::{Log, LoggedEvent};
@@ -203,14 +203,19 @@ fn runs(events: Vec<LoggedEvent>) -> Vec<(u64, Vec<Event>)> {
     out
 }
 
+/// Publishes in a task of its own, inside the current span (so the batch
+/// carries the current trace context).
 fn publish_in_background(bus: &Bus, batch: Arc<BatchV1>) {
     let bus = bus.clone();
-    tokio::spawn(async move {
-        if let Err(e) = bus.publish(batch).await {
-            // The log has the batch; followers read it from there.
-            warn!(error = %e, "publish failed; followers will read the log");
+    tokio::spawn(
+        async move {
+            if let Err(e) = bus.publish(batch).await {
+                // The log has the batch; followers read it from there.
+                warn!(error = %e, "publish failed; followers will read the log");
+            }
         }
-    });
+        .in_current_span(),
+    );
 }
 
 async fn lead<D: Decider>(
@@ -268,6 +273,9 @@ async fn lead<D: Decider>(
     let mut last_poll = Instant::now();
     let mut last_decide = Instant::now() - cfg.tick;
     let mut dirty = true;
+    // The trace context of the latest batch received: the next cycle's
+    // span continues that trace.
+    let mut remote_parent: Option<String> = None;
     loop {
         if shutdown.is_cancelled() {
             if let Err(e) = log.release_lease(&lease).await {
@@ -312,7 +320,12 @@ async fn lead<D: Decider>(
                 Ok(items) => {
                     for item in items {
                         match item {
-                            Incoming::Batch(b) => folded += proj.offer(b, &mut obs),
+                            Incoming::Batch(b, tp) => {
+                                if tp.is_some() {
+                                    remote_parent = tp;
+                                }
+                                folded += proj.offer(b, &mut obs);
+                            }
                             Incoming::Malformed(why) => {
                                 stats.malformed.fetch_add(1, Ordering::Relaxed);
                                 warn!(service = %cfg.service, %why, "malformed message skipped");
@@ -350,7 +363,9 @@ async fn lead<D: Decider>(
         dirty = false;
         last_decide = Instant::now();
         stats.cycles.fetch_add(1, Ordering::Relaxed);
-        let decided = decider.decide(proj.state(), now);
+        let cycle = info_span!("cycle", service = %cfg.service);
+        crate::telemetry::set_remote_parent(&cycle, remote_parent.take().as_deref());
+        let decided = cycle.in_scope(|| decider.decide(proj.state(), now));
         if decided.is_empty() {
             continue;
         }
@@ -363,7 +378,11 @@ async fn lead<D: Decider>(
             continue;
         }
         let batch: Vec<NewEvent> = events.iter().cloned().map(NewEvent::new).collect();
-        match log.append(&batch, &lease.fence()).await {
+        match log
+            .append(&batch, &lease.fence())
+            .instrument(cycle.clone())
+            .await
+        {
             Ok(out) => {
                 let (Some(first), Some(last)) = (out.first_seq, out.last_seq) else {
                     continue;
@@ -379,7 +398,7 @@ async fn lead<D: Decider>(
                 stats.appended.fetch_add(out.appended, Ordering::Relaxed);
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 debug!(service = %cfg.service, first, last, "appended");
-                publish_in_background(bus, batch.clone());
+                cycle.in_scope(|| publish_in_background(bus, batch.clone()));
                 let mut obs =
                     |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
                 let n = proj.offer(batch, &mut obs);

@@ -1,5 +1,5 @@
 //! Process set-up shared by every service binary: connection flags,
-//! tracing, and the shutdown signal.
+//! tracing (see [`crate::telemetry`]), and the shutdown signal.
 
 use std::time::Duration;
 
@@ -7,10 +7,10 @@ use clap::Args;
 use gpusched_bus::Namespace;
 use gpusched_store::EventStore;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 use crate::bus::Bus;
 use crate::log::Log;
+use crate::telemetry::{init_tracing_with, TelemetryGuard};
 
 /// Where the log and the bus are, as every service takes them.
 #[derive(Args, Clone, Debug)]
@@ -83,13 +83,11 @@ impl StackArgs {
     }
 }
 
-/// Structured logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Structured logs to stderr, filtered by `RUST_LOG` (default `info`),
+/// and spans over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see
+/// [`init_tracing_with`]). Hold the guard until the process ends.
+pub fn init_tracing(service: &str) -> TelemetryGuard {
+    init_tracing_with(service, "info")
 }
 
 /// A token cancelled on SIGTERM or Ctrl-C.
@@ -129,7 +127,7 @@ where
     D: crate::service::Decider,
     F: Fn() -> D,
 {
-    init_tracing();
+    let _telemetry = init_tracing(service);
     let conns = stack.connect(service).await?;
     let shutdown = shutdown_signal();
     let mut cfg = crate::service::ServiceConfig::new(service, &conns.instance);
@@ -174,10 +172,6 @@ impl CycleArgs {
 
 /// Like [`init_tracing`] but warnings only unless `RUST_LOG` says more
 /// (for interactive commands with their own progress display).
-pub fn init_tracing_quiet() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+pub fn init_tracing_quiet(service: &str) -> TelemetryGuard {
+    init_tracing_with(service, "warn")
 }
