@@ -99,26 +99,13 @@ impl Subscriber {
         durable: &str,
         filter_subject: &str,
     ) -> Result<Self, BusError> {
-        let stream = js
-            .get_stream(stream)
-            .await
-            .map_err(|e| BusError::nats("get stream", e))?;
-        let consumer = stream
-            .get_or_create_consumer(
-                durable,
-                pull::Config {
-                    durable_name: Some(durable.to_string()),
-                    filter_subject: filter_subject.to_string(),
-                    ack_policy: AckPolicy::Explicit,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| BusError::nats("create consumer", e))?;
-        Ok(Subscriber {
-            consumer,
-            acks: true,
-        })
+        let config = pull::Config {
+            durable_name: Some(durable.to_string()),
+            filter_subject: filter_subject.to_string(),
+            ack_policy: AckPolicy::Explicit,
+            ..Default::default()
+        };
+        Self::bind(js, stream, config).await
     }
 
     /// An ephemeral pull consumer on `stream` that receives only messages
@@ -131,25 +118,35 @@ impl Subscriber {
         filter_subject: &str,
         inactive: Duration,
     ) -> Result<Self, BusError> {
+        let config = pull::Config {
+            durable_name: None,
+            filter_subject: filter_subject.to_string(),
+            ack_policy: AckPolicy::None,
+            deliver_policy: jetstream::consumer::DeliverPolicy::New,
+            inactive_threshold: inactive,
+            ..Default::default()
+        };
+        Self::bind(js, stream, config).await
+    }
+
+    /// Binds to the durable consumer `config` names (creating it if
+    /// missing), or creates an ephemeral one; acks only if its policy wants.
+    async fn bind(
+        js: &jetstream::Context,
+        stream: &str,
+        config: pull::Config,
+    ) -> Result<Self, BusError> {
         let stream = js
             .get_stream(stream)
             .await
             .map_err(|e| BusError::nats("get stream", e))?;
-        let consumer = stream
-            .create_consumer(pull::Config {
-                durable_name: None,
-                filter_subject: filter_subject.to_string(),
-                ack_policy: AckPolicy::None,
-                deliver_policy: jetstream::consumer::DeliverPolicy::New,
-                inactive_threshold: inactive,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| BusError::nats("create consumer", e))?;
-        Ok(Subscriber {
-            consumer,
-            acks: false,
-        })
+        let acks = config.ack_policy != AckPolicy::None;
+        let consumer = match config.durable_name.clone() {
+            Some(name) => stream.get_or_create_consumer(&name, config).await,
+            None => stream.create_consumer(config).await,
+        }
+        .map_err(|e| BusError::nats("create consumer", e))?;
+        Ok(Subscriber { consumer, acks })
     }
 
     /// Takes up to `max` messages. Returns at once with what is waiting; if

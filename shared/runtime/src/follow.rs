@@ -42,23 +42,7 @@ pub async fn follow(
 ) -> anyhow::Result<()> {
     let mut feed = bus.feed_ephemeral().await?;
     let mut noop = |_: &State, _: u64, _: &Event, _: bool| {};
-    // Fold the log in pages without holding the lock across the reads.
-    loop {
-        let from = read_view(&view).seq();
-        let page = log.read_from(from, 10_000).await?;
-        let n = page.len();
-        {
-            let mut p = write_view(&view);
-            for le in page {
-                if le.seq == p.seq() + 1 {
-                    p.fold_one(le.seq, &le.event, &mut noop);
-                }
-            }
-        }
-        if n < 10_000 {
-            break;
-        }
-    }
+    fold_log_tail(&log, &view, &mut noop).await?;
     let gap_wait = Duration::from_millis(20);
     let mut last_poll = Instant::now();
     loop {
@@ -90,15 +74,31 @@ pub async fn follow(
             .is_some_and(|t| t.elapsed() >= gap_wait);
         if need_read || gap_due || last_poll.elapsed() >= tick {
             last_poll = Instant::now();
-            let from = read_view(&view).seq();
-            let page = log.read_from(from, 10_000).await?;
-            let mut p = write_view(&view);
-            for le in page {
-                if le.seq == p.seq() + 1 {
-                    p.fold_one(le.seq, &le.event, &mut noop);
-                }
-            }
-            p.settle(&mut noop);
+            fold_log_tail(&log, &view, &mut noop).await?;
+        }
+    }
+}
+
+/// Folds the log after the view's position into it, page by page, without
+/// holding the lock across a read; then folds waiting batches that became
+/// contiguous.
+async fn fold_log_tail(
+    log: &Log,
+    view: &SharedView,
+    observe: &mut crate::projection::Observer<'_>,
+) -> anyhow::Result<()> {
+    const PAGE: usize = 10_000;
+    loop {
+        let from = read_view(view).seq();
+        let page = log.read_from(from, PAGE).await?;
+        let n = page.len();
+        let mut p = write_view(view);
+        for le in page {
+            p.fold_one(le.seq, &le.event, observe);
+        }
+        p.settle(observe);
+        if n < PAGE {
+            return Ok(());
         }
     }
 }

@@ -458,18 +458,18 @@ pub async fn bootstrap_cluster(
     let out = log.append(&admin, &lease.fence()).await;
     let _ = log.release_lease(&lease).await;
     let out = out?;
-    let written: Vec<(u64, Event)> = out
+    let written: Vec<LoggedEvent> = out
         .seqs
         .iter()
         .zip(&admin)
-        .filter_map(|(s, ne)| s.map(|s| (u64::try_from(s).unwrap_or(0), ne.event.clone())))
+        .filter_map(|(s, ne)| {
+            s.map(|s| LoggedEvent {
+                seq: u64::try_from(s).unwrap_or(0),
+                event: ne.event.clone(),
+            })
+        })
         .collect();
-    for (first, events) in runs(
-        written
-            .into_iter()
-            .map(|(seq, event)| LoggedEvent { seq, event })
-            .collect(),
-    ) {
+    for (first, events) in runs(written) {
         let batch = Arc::new(BatchV1 {
             producer: producer_name(Producer::Admin).to_string(),
             epoch: u64::try_from(lease.epoch).unwrap_or(0),
