@@ -10,7 +10,7 @@
 use crate::capacity::CapacityOverlay;
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
-use gpusched_events::{Assignment, Event, PendingReason, PreemptionCause, RequeueReason};
+use gpusched_events::{Assignment, Event, Outcome, PendingReason, PreemptionCause, RequeueReason};
 use gpusched_model::{JobId, QueueingMode, Timestamp};
 
 /// Why a waiting job is not running now, if anything stops it; `None` for a
@@ -72,8 +72,10 @@ pub fn queue_position(state: &State, id: JobId) -> Option<(usize, usize)> {
     Some((pos, tenant.pending.len()))
 }
 
-fn secs(t: Timestamp) -> String {
-    format!("{:>10.1} s", t.as_secs_f64())
+/// A time as an offset from the job's submission (`+12.5 s`).
+fn secs(t: Timestamp, t0: Timestamp) -> String {
+    let d = t.0 as f64 / 1000.0 - t0.0 as f64 / 1000.0;
+    format!("{:>+10.1} s", d)
 }
 
 fn gpu_hours(gpu_ms: u64) -> String {
@@ -115,9 +117,50 @@ pub fn history<'a>(
     state: &State,
     id: JobId,
 ) -> Vec<String> {
+    let events: Vec<&Event> = events.into_iter().collect();
+    let t0 = events
+        .iter()
+        .find_map(|e| match e {
+            Event::JobSubmitted { job, at, .. } if *job == id => Some(*at),
+            _ => None,
+        })
+        .unwrap_or(Timestamp(0));
+    let secs = |t: Timestamp| secs(t, t0);
     let mut out = Vec::new();
     let mut level = String::new();
+    // Consecutive checkpoints are shown as one line: how many, and the last.
+    let mut checkpoints: Option<(u32, Timestamp, u64, String)> = None;
+    let flush = |out: &mut Vec<String>, c: &mut Option<(u32, Timestamp, u64, String)>| {
+        if let Some((n, at, progress_ms, uri)) = c.take() {
+            let many = if n > 1 {
+                format!(" ({n} checkpoints since the last step)")
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "{} checkpoint complete: {:.0} s of work saved ({uri}){many}",
+                secs(at),
+                progress_ms as f64 / 1000.0
+            ));
+        }
+    };
     for e in events {
+        if let Event::JobCheckpointed {
+            job,
+            progress_ms,
+            uri,
+            at,
+        } = e
+        {
+            if *job == id {
+                let n = checkpoints.as_ref().map_or(0, |c| c.0);
+                checkpoints = Some((n + 1, *at, *progress_ms, uri.clone()));
+                continue;
+            }
+        }
+        if e.job() == Some(id) || matches!(e, Event::PreemptionPlanned { .. }) {
+            flush(&mut out, &mut checkpoints);
+        }
         let line = match e {
             Event::JobSubmitted { job, spec, at } if *job == id => {
                 level = spec.topology.clone();
@@ -212,16 +255,6 @@ pub fn history<'a>(
                 )
             }
             Event::JobStarted { job, at } if *job == id => format!("{} started", secs(*at)),
-            Event::JobCheckpointed {
-                job,
-                progress_ms,
-                uri,
-                at,
-            } if *job == id => format!(
-                "{} checkpoint complete: {:.0} s of work saved ({uri})",
-                secs(*at),
-                *progress_ms as f64 / 1000.0
-            ),
             Event::PreemptionPlanned {
                 beneficiary,
                 cause,
@@ -285,14 +318,24 @@ pub fn history<'a>(
                     gpu_hours(*lost_gpu_ms)
                 )
             }
-            Event::JobFinished { job, outcome, at } if *job == id => {
-                format!("{} finished: {outcome:?}", secs(*at))
-            }
+            Event::JobFinished { job, outcome, at } if *job == id => match outcome {
+                Outcome::Cancelled => format!("{} stopped by its agent: cancelled", secs(*at)),
+                _ => format!("{} finished: {outcome:?}", secs(*at)),
+            },
             Event::JobCancelled { job, at } if *job == id => format!("{} cancelled", secs(*at)),
+            Event::JobCancelRequested { job, at } if *job == id => format!(
+                "{} cancel requested: its agent stops it{}",
+                secs(*at),
+                match state.job(id).and_then(|j| j.spec.checkpoint) {
+                    Some(_) => " after a final checkpoint",
+                    None => " (no checkpoint policy: the work since its start is lost)",
+                }
+            ),
             _ => continue,
         };
         out.push(line);
     }
+    flush(&mut out, &mut checkpoints);
     if let Some(job) = state.job(id) {
         let mut now = format!("now: {:?}", job.phase);
         if let Some(r) = pending_reason(state, id) {

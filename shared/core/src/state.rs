@@ -155,6 +155,9 @@ pub struct Job {
     pub preempt: Option<(Timestamp, JobId)>,
     /// While bound or running on nodes reserved for another job: that job.
     pub backfill_for: Option<JobId>,
+    /// When its user asked to cancel it while it held GPUs; it stops (after
+    /// a final checkpoint when it checkpoints) and never runs again.
+    pub cancel_requested: Option<Timestamp>,
 }
 
 /// A complete checkpoint.
@@ -581,7 +584,13 @@ impl State {
     pub fn job(&self, id: JobId) -> Option<&Job> {
         self.jobs.get(&id)
     }
-    /// Number of jobs ever submitted.
+    /// Every job, in no particular order (sort before showing; never let
+    /// this order reach a decision).
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.jobs.values()
+    }
+
+    /// Number of jobs known.
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }
@@ -892,8 +901,20 @@ impl State {
 
     /// Returns a job to its tenant's queue after losing its GPUs; it will
     /// resume from its last complete checkpoint, on that checkpoint's flavor.
-    fn requeue(&mut self, id: JobId, lost_gpu_ms: u64) -> Result<(), ApplyError> {
+    fn requeue(&mut self, id: JobId, lost_gpu_ms: u64, at: Timestamp) -> Result<(), ApplyError> {
         self.release(id);
+        if self.job(id).is_some_and(|j| j.cancel_requested.is_some()) {
+            // Its user cancelled it: it leaves instead of queueing again.
+            let qkey = self.job_mut(id)?.queue_key();
+            self.wants_preemption.remove(&qkey);
+            self.drop_hold(id);
+            self.release_reservation(id);
+            self.set_phase(id, Phase::Cancelled);
+            let j = self.job_mut(id)?;
+            j.lost_gpu_ms += lost_gpu_ms;
+            j.ended_at = Some(at);
+            return Ok(());
+        }
         self.set_phase(id, Phase::Queued);
         let j = self.job_mut(id)?;
         j.lost_gpu_ms += lost_gpu_ms;
@@ -1165,6 +1186,7 @@ impl State {
                         preemptions: 0,
                         preempt: None,
                         backfill_for: None,
+                        cancel_requested: None,
                     },
                 );
                 self.counts.mv(None, Phase::Submitted);
@@ -1345,6 +1367,7 @@ impl State {
                 let to = match outcome {
                     Outcome::Succeeded => Phase::Succeeded,
                     Outcome::Failed => Phase::Failed,
+                    Outcome::Cancelled => Phase::Cancelled,
                 };
                 self.set_phase(*job, to);
                 self.job_mut(*job)?.ended_at = Some(*at);
@@ -1384,15 +1407,25 @@ impl State {
                 self.set_phase(*job, Phase::Cancelled);
                 self.job_mut(*job)?.ended_at = Some(*at);
             }
+            Event::JobCancelRequested { job, at } => {
+                let j = self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;
+                if j.cancel_requested.is_some() {
+                    return Err(FieldError::new("job", "cancellation already requested").into());
+                }
+                self.job_mut(*job)?.cancel_requested = Some(*at);
+            }
             Event::JobRequeued {
-                job, lost_gpu_ms, ..
+                job,
+                lost_gpu_ms,
+                at,
+                ..
             } => {
                 self.expect_phase(
                     *job,
                     &[Phase::Bound, Phase::Running, Phase::Preempting],
                     ev.kind(),
                 )?;
-                self.requeue(*job, *lost_gpu_ms)?;
+                self.requeue(*job, *lost_gpu_ms, *at)?;
                 self.job_mut(*job)?.requeues += 1;
             }
             Event::JobCheckpointed {
@@ -1500,7 +1533,7 @@ impl State {
                 if *resume_from != j.resume_from() {
                     return Err(ApplyError::IncompatibleResume { job: *job });
                 }
-                self.requeue(*job, *lost_gpu_ms)?;
+                self.requeue(*job, *lost_gpu_ms, *at)?;
                 let j = self.job_mut(*job)?;
                 j.preempted_at = Some(*at);
                 j.preemptions += 1;
@@ -1751,6 +1784,7 @@ impl State {
                 put(&b.0.to_le_bytes());
             }
             put(&j.backfill_for.map_or(0, |b| b.0 + 1).to_le_bytes());
+            put(&j.cancel_requested.map_or(u64::MAX, |t| t.0).to_le_bytes());
         }
         for (job, r) in &self.reservations {
             put(&job.0.to_le_bytes());

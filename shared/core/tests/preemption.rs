@@ -10,7 +10,8 @@ mod common;
 use common::{job, tenant, Driver, FLAVOR};
 use gpusched_core::{ApplyError, CycleConfig, Phase};
 use gpusched_events::{
-    Assignment, CheckpointRef, Event, PendingReason, PreemptionCause, RequeueReason, Victim,
+    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RequeueReason,
+    Victim,
 };
 use gpusched_model::{CheckpointPolicy, Gpus, JobId, JobSpec, Timestamp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -850,5 +851,55 @@ fn apply_refuses_illegal_preemption_events_and_changes_nothing() {
     });
     assert_eq!(d.phase(soft), Phase::Queued);
     assert_eq!(d.job(soft).resume_progress_ms, 60_000);
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}
+
+#[test]
+fn a_cancelled_running_job_holds_its_gpus_until_its_agent_stops_it() {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 1, 8, FLAVOR);
+    d.tenant(tenant("t").quota(FLAVOR, 8));
+    let j = d.submit(ckpt_job("t", 1, 8, "node", 600, 60));
+    d.settle();
+    assert_eq!(d.phase(j), Phase::Running);
+    d.advance(100);
+    d.apply(Event::JobCancelRequested { job: j, at: d.now });
+    // Asked twice: refused, nothing changes.
+    let again = d.try_apply(Event::JobCancelRequested { job: j, at: d.now });
+    assert!(matches!(again, Err(ApplyError::Invalid(_))), "{again:?}");
+    assert_eq!(d.phase(j), Phase::Running);
+    assert_eq!(d.state.gpus_in_use(), 8, "GPUs stay held until it stops");
+    // Its final checkpoint, then the agent's stop.
+    d.checkpoint(j, 100_000);
+    d.apply(Event::JobFinished {
+        job: j,
+        outcome: Outcome::Cancelled,
+        at: d.now,
+    });
+    assert_eq!(d.phase(j), Phase::Cancelled);
+    assert_eq!(d.state.gpus_in_use(), 0);
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}
+
+#[test]
+fn a_cancelled_victim_leaves_instead_of_requeueing() {
+    let (mut d, _) = borrowed_cluster();
+    let owner = d.submit(job("owner", 2, 8, "block"));
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1);
+    let v = p[0].2[0].job;
+    assert_eq!(d.phase(v), Phase::Preempting);
+    d.apply(Event::JobCancelRequested { job: v, at: d.now });
+    d.advance(3600);
+    d.settle();
+    assert_eq!(
+        d.phase(v),
+        Phase::Cancelled,
+        "a cancelled job never runs again"
+    );
+    assert!(d.job(v).ended_at.is_some());
+    assert_eq!(d.phase(owner), Phase::Running);
+    d.state.check_invariants().unwrap();
     assert_eq!(d.replay().state_hash(), d.state.state_hash());
 }

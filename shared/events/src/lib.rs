@@ -29,6 +29,9 @@ pub enum Outcome {
     Succeeded,
     /// Exited with an error.
     Failed,
+    /// Stopped because its user cancelled it (after a final checkpoint
+    /// when it checkpoints).
+    Cancelled,
 }
 
 /// Why a running or bound job went back to its queue.
@@ -398,6 +401,15 @@ pub enum Event {
         /// When.
         at: Timestamp,
     },
+    /// The user cancelled a job holding GPUs; its agent stops it (after a
+    /// final checkpoint when it checkpoints) and reports
+    /// `JobFinished { outcome: Cancelled }`. The GPUs stay held until then.
+    JobCancelRequested {
+        /// The job.
+        job: JobId,
+        /// When.
+        at: Timestamp,
+    },
     /// The job lost its GPUs and went back to its queue.
     JobRequeued {
         /// The job.
@@ -473,7 +485,9 @@ impl Event {
             NodeAdded { .. } | NodeLost { .. } | JobStarted { .. } | JobFinished { .. } => {
                 Producer::Agent
             }
-            JobSubmitted { .. } | JobCancelled { .. } => Producer::Gateway,
+            JobSubmitted { .. } | JobCancelled { .. } | JobCancelRequested { .. } => {
+                Producer::Gateway
+            }
             JobAccepted { .. } | JobRejected { .. } => Producer::Admission,
             JobAdmitted { .. } => Producer::Quota,
             JobPending { reason, .. } => match reason {
@@ -509,6 +523,7 @@ impl Event {
             JobStarted { .. } => "job_started",
             JobFinished { .. } => "job_finished",
             JobCancelled { .. } => "job_cancelled",
+            JobCancelRequested { .. } => "job_cancel_requested",
             JobRequeued { .. } => "job_requeued",
             JobCheckpointed { .. } => "job_checkpointed",
             PreemptionPlanned { .. } => "preemption_planned",
@@ -538,6 +553,7 @@ impl Event {
             | JobStarted { job, .. }
             | JobFinished { job, .. }
             | JobCancelled { job, .. }
+            | JobCancelRequested { job, .. }
             | JobRequeued { job, .. }
             | JobCheckpointed { job, .. }
             | JobPreempted { job, .. }

@@ -39,6 +39,9 @@ enum Timer {
     /// A checkpoint of the run with this start count completes, capturing
     /// this much progress (ms).
     Checkpoint(JobId, u32, u64),
+    /// The run with this start count stops because its user cancelled it
+    /// (ordered after a checkpoint due at the same time).
+    Stop(JobId, u32),
 }
 
 /// The simulated agent as a [`Decider`].
@@ -114,16 +117,39 @@ impl SimulatedAgent {
         }
     }
 
+    /// A cancelled run checkpoints once more when it checkpoints, then stops.
+    fn on_cancel(&mut self, state: &State, job: JobId, now: Timestamp) {
+        let Some(j) = state.job(job) else { return };
+        let stop = match (j.spec.checkpoint, j.started_at) {
+            (Some(c), Some(started)) => {
+                let done = now.0 + self.scaled(c.duration_s * 1000);
+                let progress = j.resume_progress_ms + now.millis_since(started);
+                self.timers.push(Reverse((
+                    Timestamp(done),
+                    Timer::Checkpoint(job, j.starts, progress),
+                )));
+                Timestamp(done)
+            }
+            _ => now,
+        };
+        self.timers
+            .push(Reverse((stop, Timer::Stop(job, j.starts))));
+    }
+
     fn fire(&mut self, state: &State, timer: Timer, now: Timestamp, out: &mut Vec<Event>) {
         match timer {
-            Timer::Finish(job, starts) => {
+            Timer::Finish(job, starts) | Timer::Stop(job, starts) => {
                 let live = state.job(job).is_some_and(|j| {
                     matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
                 });
                 if live {
+                    let outcome = match timer {
+                        Timer::Stop(..) => Outcome::Cancelled,
+                        _ => Outcome::Succeeded,
+                    };
                     out.push(Event::JobFinished {
                         job,
-                        outcome: Outcome::Succeeded,
+                        outcome,
                         at: now,
                     });
                 }
@@ -183,6 +209,7 @@ impl Decider for SimulatedAgent {
             Event::PreemptionPlanned { victims, .. } => {
                 self.on_victims(state, victims, wall_clock())
             }
+            Event::JobCancelRequested { job, .. } => self.on_cancel(state, *job, wall_clock()),
             _ => {}
         }
     }
