@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
 pub struct DevArgs {
-    /// Jobs to submit from the demo workload (synthetic beyond its 400).
+    /// Jobs to submit from the demo workload (synthetic beyond its 400);
+    /// 0 submits none (submit your own through the API).
     #[arg(long, default_value_t = 400)]
     jobs: usize,
     /// Stop once every submitted job has ended, and print the summary.
@@ -38,9 +39,14 @@ pub struct DevArgs {
     /// Simulated time runs this many times faster than wall time.
     #[arg(long, default_value_t = 3600.0)]
     time_scale: f64,
-    /// Serve the HTTP API here (e.g. 127.0.0.1:8080).
+    /// Serve the HTTP API here.
+    #[arg(long, env = "GPUSCHED_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Do not serve the HTTP API.
     #[arg(long)]
-    listen: Option<SocketAddr>,
+    no_api: bool,
+    #[command(flatten)]
+    auth: gpusched_gateway::AuthArgs,
     /// Use this Postgres event log instead of the embedded one.
     #[arg(long)]
     database_url: Option<String>,
@@ -79,9 +85,6 @@ fn spawn_service<D: Decider + 'static, F: Fn() -> D + Send + 'static>(
 pub fn run(args: DevArgs) -> Result<()> {
     if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
         bail!("--time-scale: must be a positive number");
-    }
-    if args.jobs == 0 {
-        bail!("--jobs: must be at least 1");
     }
     let _telemetry = gpusched_runtime::init_tracing_quiet("dev");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -177,17 +180,41 @@ async fn dev(args: DevArgs) -> Result<()> {
         &mut stats,
         &mut tasks,
     );
+    let mut tokens = args.auth.tokens()?;
+    let generated = if tokens.is_empty() {
+        let t = uuid::Uuid::new_v4().simple().to_string();
+        tokens = tokens.with_token(&t, gpusched_gateway::Principal::Admin);
+        Some(t)
+    } else {
+        None
+    };
     let (gw, gw_tasks) =
-        gpusched_gateway::start(log.clone(), bus.clone(), &holder, shutdown.clone());
+        gpusched_gateway::start(log.clone(), bus.clone(), &holder, tokens, shutdown.clone());
     tasks.extend(gw_tasks);
-    if let Some(addr) = args.listen {
-        let (gw, sd) = (gw.clone(), shutdown.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = gpusched_gateway::serve_http(gw, addr, sd).await {
-                tracing::error!(error = %e, "HTTP API stopped");
+    if !args.no_api {
+        match tokio::net::TcpListener::bind(args.listen).await {
+            Ok(listener) => {
+                let addr = listener.local_addr().unwrap_or(args.listen);
+                let (gw, sd) = (gw.clone(), shutdown.clone());
+                tasks.push(tokio::spawn(async move {
+                    if let Err(e) = gpusched_gateway::serve_on(gw, listener, sd).await {
+                        tracing::error!(error = %e, "HTTP API stopped");
+                    }
+                }));
+                eprintln!("HTTP API on http://{addr}");
+                if let Some(t) = &generated {
+                    eprintln!("admin token (this run only): export GPUSCHED_TOKEN={t}");
+                }
             }
-        }));
-        eprintln!("HTTP API on http://{addr}");
+            // A demo run that exits by itself does not need the API.
+            Err(e) if args.exit_when_done => {
+                eprintln!("HTTP API not served: --listen {}: {e}", args.listen)
+            }
+            Err(e) => bail!(
+                "--listen {}: {e} (another gpusched dev running? try --listen 127.0.0.1:8081)",
+                args.listen
+            ),
+        }
     }
 
     // The demo workload, submitted through the gateway as fast as it takes it.
@@ -232,6 +259,7 @@ async fn dev(args: DevArgs) -> Result<()> {
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs ended  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let p_total = |gw: &gpusched_gateway::Gateway| read_view(&gw.view).state().job_count() as u64;
     let ended = |p: &Projection| {
         let c = p.state().phase_counts();
         [
@@ -254,7 +282,8 @@ async fn dev(args: DevArgs) -> Result<()> {
                 c.get(Phase::Submitted) + c.get(Phase::Queued) + c.get(Phase::Admitted),
             )
         };
-        bar.set_position(done.min(total));
+        bar.set_position(done);
+        bar.set_length(total.max(p_total(&gw)));
         bar.set_message(format!("running {running}, waiting {waiting}"));
         if shutdown.is_cancelled() || (args.exit_when_done && done >= total) {
             break;

@@ -4,6 +4,7 @@
 //! Must never: make scheduling decisions (the core does) or hide errors:
 //! bad input exits non-zero with a message that names the field.
 
+mod client;
 mod dev;
 
 use anyhow::{bail, Context, Result};
@@ -19,7 +20,8 @@ use std::time::Instant;
 #[command(
     name = "gpusched",
     version,
-    about = "A durable, event-sourced scheduler for GPU batch jobs"
+    about = "A durable, event-sourced scheduler for GPU batch jobs",
+    after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 no token or not allowed, 5 refused (bad field), 6 server unreachable or busy."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,6 +36,25 @@ enum Command {
     Replay(ReplayArgs),
     /// Run every service in one process on an embedded log, with simulated nodes and a demo workload.
     Dev(dev::DevArgs),
+    /// Submit a job (flags, or a spec file in TOML, YAML or JSON).
+    Submit(client::SubmitArgs),
+    /// Show one job.
+    Get(client::JobArg),
+    /// List jobs, like squeue.
+    List(client::ListArgs),
+    /// Cancel jobs (a running job checkpoints first when it checkpoints).
+    Cancel(client::CancelArgs),
+    /// Why a job is where it is: its history with reasons, and why it waits.
+    Explain(client::JobArg),
+    /// Quota and use per tenant and flavor.
+    Queues(client::Plain),
+    /// Nodes: flavor, topology, status, use.
+    Nodes(client::Plain),
+    /// Follow the event log live.
+    Watch(client::WatchArgs),
+    /// Make API tokens and their hashes for a tokens file.
+    #[command(subcommand)]
+    Token(client::TokenCmd),
 }
 
 #[derive(clap::Args)]
@@ -131,21 +152,47 @@ struct SimulateArgs {
     events_out: Option<PathBuf>,
 }
 
-/// Exit codes: 0 success, 1 an error (the message names the flag or field),
-/// 2 a usage error (from the argument parser).
+/// Runs an API client command on a small runtime of its own.
+fn api<F: std::future::Future<Output = Result<()>>>(f: F) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(f)
+}
+
+/// Exit codes: 0 success, 1 an error (the message names the flag or
+/// field), 2 a usage error (bad flags or spec file), 3 not found, 4 no
+/// token or not allowed, 5 refused by the server (the message names the
+/// field and rule), 6 server unreachable or overloaded (retry).
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Replay(args) => replay_log(args),
         Command::Dev(args) => dev::run(args),
+        Command::Submit(a) => api(client::submit(a)),
+        Command::Get(a) => api(client::get(a)),
+        Command::List(a) => api(client::list(a)),
+        Command::Cancel(a) => api(client::cancel(a)),
+        Command::Explain(a) => api(client::explain(a)),
+        Command::Queues(a) => api(client::queues(a)),
+        Command::Nodes(a) => api(client::nodes(a)),
+        Command::Watch(a) => api(client::watch(a)),
+        Command::Token(c) => client::token(c),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<client::Exit>() {
+            Some(x) => {
+                eprintln!("error: {x}");
+                std::process::ExitCode::from(x.code)
+            }
+            None => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::from(client::exit::ERROR)
+            }
+        },
     }
 }
 

@@ -58,7 +58,7 @@ fn jobs(n: usize, seed: u64) -> Vec<JobSpec> {
 }
 
 async fn submit_all(http: &str, specs: &[JobSpec], key_prefix: &str) -> Vec<u64> {
-    let client = reqwest::Client::new();
+    let client = stack::client();
     let mut ids = Vec::with_capacity(specs.len());
     for chunk in specs.chunks(50).enumerate() {
         let (c, chunk) = chunk;
@@ -83,7 +83,9 @@ async fn submit_all(http: &str, specs: &[JobSpec], key_prefix: &str) -> Vec<u64>
 }
 
 async fn status(http: &str) -> Status {
-    reqwest::get(format!("{http}/v1/status"))
+    stack::client()
+        .get(format!("{http}/v1/status"))
+        .send()
         .await
         .unwrap()
         .json()
@@ -199,7 +201,7 @@ async fn killed_services_lose_and_duplicate_nothing() {
     ids.extend(submit_all(&stack.http, &specs[300..], "kill-b").await);
 
     // The same key again: the same job, nothing new in the log.
-    let client = reqwest::Client::new();
+    let client = stack::client();
     let again = client
         .post(format!("{}/v1/jobs", stack.http))
         .header("Idempotency-Key", "kill-a-7")

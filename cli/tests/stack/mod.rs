@@ -27,25 +27,42 @@ fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The service binaries, built first if this test run has not built them.
+/// The service binaries, built (or found up to date) by cargo first, so a
+/// test never runs a stale binary against a freshly migrated database.
 fn service_binaries() -> PathBuf {
-    let dir = bin_dir();
-    let missing = SERVICES
-        .iter()
-        .any(|s| !dir.join(format!("gpusched-{s}")).exists());
-    if missing {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.arg("build");
-        if dir.ends_with("release") {
-            cmd.arg("--release");
-        }
-        for s in SERVICES {
-            cmd.args(["-p", &format!("gpusched-{s}")]);
-        }
-        let status = cmd.status().expect("cargo build of the service binaries");
-        assert!(status.success(), "building the service binaries failed");
-    }
-    dir
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = bin_dir();
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.arg("build").arg("--quiet");
+            if dir.ends_with("release") {
+                cmd.arg("--release");
+            }
+            for s in SERVICES {
+                cmd.args(["-p", &format!("gpusched-{s}")]);
+            }
+            let status = cmd.status().expect("cargo build of the service binaries");
+            assert!(status.success(), "building the service binaries failed");
+            dir
+        })
+        .clone()
+}
+
+/// The admin token every stack's gateway accepts.
+pub const ADMIN_TOKEN: &str = "stack-admin-token";
+
+/// An HTTP client that sends the admin token.
+pub fn client() -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).expect("header"),
+    );
+    reqwest::Client::builder()
+        .default_headers(h)
+        .build()
+        .expect("http client")
 }
 
 pub fn nats_url() -> String {
@@ -120,6 +137,7 @@ impl Stack {
             .env("GPUSCHED_NAMESPACE", &self.namespace)
             .env("GPUSCHED_INSTANCE", &instance)
             .env("GPUSCHED_LEASE_TTL_S", "2")
+            .env("GPUSCHED_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out)

@@ -1,40 +1,75 @@
-//! The API gateway: job submission and reads over HTTP (axum).
+//! The API gateway: the HTTP surface of gpusched (axum).
 //!
-//! Owns: the HTTP surface, request validation that needs no cluster
-//! knowledge (fields, JSON shape), `JobSubmitted` and `JobCancelled`
-//! events, and a read-only view of the state for queries.
+//! Owns: the HTTP routes and their OpenAPI document, bearer-token auth,
+//! request validation (fields and JSON shape, and a fast check against the
+//! cluster as the gateway's view knows it), the events users and admins
+//! cause directly (`JobSubmitted`, `JobCancelled`, `JobCancelRequested`,
+//! `TenantConfigured`, node cordon and drain), and a read-only view of the
+//! state for queries.
 //!
 //! Must never: decide admission, quota or placement (a submission is only
-//! recorded; the admission service judges it against the cluster), or
-//! answer a submission before its event is committed to the log.
+//! recorded; the admission service judges it), answer a write before its
+//! event is committed to the log, or answer bad input with a 5xx.
 
+mod auth;
+mod cluster;
+mod events_api;
+mod jobs;
 mod submit;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, State as AxState};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use gpusched_core::Phase;
-use gpusched_model::{JobId, JobSpec};
 use gpusched_runtime::{follow, read_view, Bus, Log, Projection, SharedView};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+pub use auth::{hash_token, AuthArgs, AuthConfigError, Principal, Tokens};
 pub use submit::{start_writer, SubmitError, Submitted, Submitter};
+
+/// Largest request body accepted (413 above).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct Gateway {
-    /// Submissions.
+    /// Writes (submissions, cancellations, admin changes).
     pub submitter: Submitter,
     /// The state as of the last event followed.
     pub view: SharedView,
+    /// The log, for histories and the event stream.
+    pub log: Log,
+    /// Who each bearer token speaks for.
+    pub tokens: Arc<Tokens>,
+}
+
+impl Gateway {
+    /// Waits (up to 2 s) until the view has folded `seq`, so a client reads
+    /// its own write; answers whether it did.
+    pub async fn caught_up(&self, seq: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            if read_view(&self.view).seq() >= seq {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// Starts the writer and the view follower; serve it with [`router`].
@@ -42,6 +77,7 @@ pub fn start(
     log: Log,
     bus: Bus,
     instance: &str,
+    tokens: Tokens,
     shutdown: CancellationToken,
 ) -> (Gateway, Vec<tokio::task::JoinHandle<()>>) {
     let (submitter, writer) = start_writer(
@@ -53,22 +89,105 @@ pub fn start(
     );
     let view: SharedView = Arc::new(std::sync::RwLock::new(Projection::new()));
     let v = view.clone();
+    let follow_log = log.clone();
     let follower = tokio::spawn(async move {
-        if let Err(e) = follow(log, bus, v, Duration::from_millis(500), shutdown).await {
+        if let Err(e) = follow(follow_log, bus, v, Duration::from_millis(500), shutdown).await {
             tracing::error!(error = %e, "view follower stopped");
         }
     });
-    (Gateway { submitter, view }, vec![writer, follower])
+    (
+        Gateway {
+            submitter,
+            view,
+            log,
+            tokens: Arc::new(tokens),
+        },
+        vec![writer, follower],
+    )
+}
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "gpusched",
+        description = "A durable, event-sourced scheduler for GPU batch jobs. Every route but \
+            /healthz and /openapi.json needs `Authorization: Bearer <token>`: 401 without a \
+            known token; a tenant token that names another tenant's job gets 404 (ids cannot \
+            be probed), and admin routes answer 403 to it. Errors are \
+            `{\"error\": {\"code\", \"message\", \"field\"?}}`."
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorBody, ErrorDetail))
+)]
+struct ApiDoc;
+
+/// The routes with their OpenAPI document, before state is attached.
+fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(jobs::submit_job, jobs::list_jobs))
+        .routes(routes!(jobs::get_job, jobs::cancel_job))
+        .routes(routes!(jobs::job_events))
+        .routes(routes!(jobs::explain_job))
+        .routes(routes!(cluster::queues))
+        .routes(routes!(cluster::nodes))
+        .routes(routes!(cluster::put_tenant))
+        .routes(routes!(cluster::cordon_node))
+        .routes(routes!(cluster::uncordon_node))
+        .routes(routes!(cluster::drain_node))
+        .routes(routes!(events_api::events))
+        .routes(routes!(status))
+        .routes(routes!(healthz))
+        .split_for_parts()
+}
+
+/// The OpenAPI 3 document of every route [`router`] serves.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = routes();
+    doc.paths.paths.insert(
+        "/openapi.json".to_string(),
+        utoipa::openapi::PathItem::new(
+            utoipa::openapi::HttpMethod::Get,
+            utoipa::openapi::path::OperationBuilder::new()
+                .summary(Some("This document."))
+                .response("200", utoipa::openapi::Response::new("OpenAPI 3 JSON")),
+        ),
+    );
+    doc
 }
 
 /// The HTTP routes.
 pub fn router(gw: Gateway) -> Router {
-    Router::new()
-        .route("/v1/jobs", post(submit_job))
-        .route("/v1/jobs/{id}", get(get_job))
-        .route("/v1/status", get(status))
-        .route("/healthz", get(|| async { "ok" }))
-        .with_state(gw)
+    let (r, _) = routes();
+    let doc = Arc::new(openapi());
+    r.route(
+        "/openapi.json",
+        get(move || {
+            let doc = doc.clone();
+            async move { Json(doc.as_ref().clone()) }
+        }),
+    )
+    .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+    .method_not_allowed_fallback(|| async {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "this route does not take that method",
+        )
+    })
+    .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    .with_state(gw)
 }
 
 /// Serves `router(gw)` on `addr` until `shutdown`.
@@ -80,21 +199,48 @@ pub async fn serve_http(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("--listen {addr}: {e}"))?;
-    tracing::info!(%addr, "gateway listening");
+    serve_on(gw, listener, shutdown).await
+}
+
+/// Serves `router(gw)` on a bound listener until `shutdown`.
+pub async fn serve_on(
+    gw: Gateway,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "gateway listening");
+    }
     axum::serve(listener, router(gw))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await?;
     Ok(())
 }
 
-/// An error body: `{"error": {"code", "message", "field"?}}`.
-#[derive(Debug, Serialize)]
+/// An error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable code, e.g. `invalid_field`, `not_found`, `unauthorized`.
+    code: String,
+    /// A sentence for people, naming the field and the rule.
+    message: String,
+    /// The field at fault, as the client wrote it, when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+}
+
+/// An error answer: a status and `{"error": {"code", "message", "field"?}}`.
+#[derive(Debug)]
 pub struct ApiError {
-    #[serde(skip)]
     status: StatusCode,
     code: &'static str,
     message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<String>,
 }
 
@@ -107,137 +253,138 @@ impl ApiError {
             field: None,
         }
     }
+
+    /// 400 naming a field and the rule it broke.
+    fn field(field: &str, rule: impl std::fmt::Display) -> Self {
+        ApiError {
+            field: Some(field.to_string()),
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                format!("{field}: {rule}"),
+            )
+        }
+    }
+
+    fn not_found(what: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+
+    fn conflict(what: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::CONFLICT, "conflict", what)
+    }
+
+    fn unavailable(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Busy => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                e.to_string(),
+            ),
+            SubmitError::KeyReused => ApiError {
+                field: Some("Idempotency-Key".into()),
+                ..ApiError::new(
+                    StatusCode::CONFLICT,
+                    "idempotency_key_reused",
+                    e.to_string(),
+                )
+            },
+            SubmitError::Unavailable(_) | SubmitError::Closed => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            ),
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(serde_json::json!({ "error": &self }))).into_response()
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+                field: self.field,
+            },
+        };
+        let mut r = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            r.headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                "www-authenticate",
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        r
     }
+}
+
+/// The field serde named in a message such as "unknown field `x`" or
+/// "missing field `x`" or "workers: invalid type ...", if any.
+fn serde_field(msg: &str) -> Option<String> {
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(rest) = msg.split(marker).nth(1) {
+            return rest.split('`').next().map(str::to_string);
+        }
+    }
+    let head = msg.split(": ").next()?;
+    let looks_like_path = !head.is_empty()
+        && head.len() < msg.len()
+        && head
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']'));
+    looks_like_path.then(|| head.to_string())
 }
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
-        let status = match &r {
-            JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            JsonRejection::BytesRejection(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            _ => StatusCode::BAD_REQUEST,
+        let (status, code) = match &r {
+            JsonRejection::MissingJsonContentType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            JsonRejection::BytesRejection(_) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+            }
+            JsonRejection::JsonSyntaxError(_) => (StatusCode::BAD_REQUEST, "bad_json"),
+            _ => (StatusCode::BAD_REQUEST, "invalid_field"),
         };
-        ApiError::new(status, "bad_request", r.body_text())
+        let message = r.body_text();
+        let field = (code == "invalid_field")
+            .then(|| {
+                serde_field(message.trim_start_matches(
+                    "Failed to deserialize the JSON body into the target type: ",
+                ))
+            })
+            .flatten();
+        ApiError {
+            field,
+            ..ApiError::new(status, code, message)
+        }
     }
 }
 
-/// `POST /v1/jobs`' answer.
-#[derive(Debug, Serialize)]
-struct SubmitReply {
-    id: u64,
-    seq: u64,
-}
-
-async fn submit_job(
-    AxState(gw): AxState<Gateway>,
-    headers: HeaderMap,
-    body: Result<Json<JobSpec>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let Json(spec) = body?;
-    spec.check_fields().map_err(|e| ApiError {
-        field: Some(e.field.clone()),
-        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", e.to_string())
-    })?;
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let k = v.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 200);
-            let Some(k) = k else {
-                return Err(ApiError {
-                    field: Some("Idempotency-Key".into()),
-                    ..ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid_header",
-                        "Idempotency-Key: must be 1 to 200 visible ASCII characters",
-                    )
-                });
-            };
-            Some(format!("submit:{}:{k}", spec.tenant))
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        let message = r.body_text();
+        let field = serde_field(message.trim_start_matches("Failed to deserialize query string: "));
+        ApiError {
+            field,
+            ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", message)
         }
-    };
-    let s = gw.submitter.submit(spec, key).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )
-    })?;
-    let status = if s.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((
-        status,
-        Json(SubmitReply {
-            id: s.job.0,
-            seq: s.seq,
-        }),
-    )
-        .into_response())
+    }
 }
 
-/// A job as `GET /v1/jobs/{id}` shows it.
-#[derive(Debug, Serialize)]
-pub struct JobView {
-    id: u64,
-    phase: Phase,
-    tenant: String,
-    spec: JobSpec,
-    submitted_at_ms: u64,
-    started_at_ms: Option<u64>,
-    ended_at_ms: Option<u64>,
-    starts: u32,
-    preemptions: u32,
-    nodes: Vec<String>,
-}
-
-fn job_view(p: &Projection, id: JobId) -> Option<JobView> {
-    let s = p.state();
-    let j = s.job(id)?;
-    Some(JobView {
-        id: id.0,
-        phase: j.phase,
-        tenant: j.spec.tenant.clone(),
-        spec: j.spec.clone(),
-        submitted_at_ms: j.submitted_at.0,
-        started_at_ms: j.started_at.map(|t| t.0),
-        ended_at_ms: j.ended_at.map(|t| t.0),
-        starts: j.starts,
-        preemptions: j.preemptions,
-        nodes: j
-            .assignments
-            .iter()
-            .filter_map(|a| s.nodes().get(a.node.index()).map(|n| n.spec.name.clone()))
-            .collect(),
-    })
-}
-
-async fn get_job(
-    AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
-) -> Result<Json<JobView>, ApiError> {
-    let n: u64 = id.parse().map_err(|_| ApiError {
-        field: Some("id".into()),
-        ..ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_field",
-            "id: must be a job number",
-        )
-    })?;
-    let p = read_view(&gw.view);
-    job_view(&p, JobId(n))
-        .map(Json)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no job {n}")))
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_path", r.body_text())
+    }
 }
 
 /// `GET /v1/status`: where the view is and what it holds.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct StatusView {
     /// Sequence of the last event folded.
     pub seq: u64,
@@ -251,13 +398,17 @@ pub struct StatusView {
     pub superseded: u64,
 }
 
-async fn status(AxState(gw): AxState<Gateway>) -> Json<StatusView> {
+/// Where the gateway's view of the log stands.
+#[utoipa::path(get, path = "/v1/status", tag = "cluster",
+    responses((status = 200, body = StatusView), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+async fn status(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<StatusView> {
     let p = read_view(&gw.view);
     let s = p.state();
     let phases = Phase::ALL
         .iter()
         .filter(|ph| s.phase_counts().get(**ph) > 0)
-        .map(|ph| (format!("{ph:?}").to_lowercase(), s.phase_counts().get(*ph)))
+        .map(|ph| (jobs::phase_name(*ph).to_string(), s.phase_counts().get(*ph)))
         .collect();
     Json(StatusView {
         seq: p.seq(),
@@ -266,4 +417,10 @@ async fn status(AxState(gw): AxState<Gateway>) -> Json<StatusView> {
         phases,
         superseded: p.superseded(),
     })
+}
+
+/// Liveness: answers `ok` while the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "cluster", responses((status = 200, body = String)))]
+async fn healthz() -> &'static str {
+    "ok"
 }

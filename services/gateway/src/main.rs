@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 
+use anyhow::Context;
 use clap::Parser;
+use gpusched_gateway::{AuthArgs, Tokens};
 use gpusched_runtime::{init_tracing, shutdown_signal, StackArgs};
 
 /// Serves the HTTP API.
@@ -14,16 +16,35 @@ struct Args {
     /// Address to listen on.
     #[arg(long, env = "GPUSCHED_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    #[command(flatten)]
+    auth: AuthArgs,
+}
+
+fn tokens(a: &AuthArgs) -> anyhow::Result<Tokens> {
+    let t = a.tokens()?;
+    if t.is_empty() {
+        anyhow::bail!(
+            "no API tokens: set GPUSCHED_ADMIN_TOKEN or --tokens-file (every request would get 401)"
+        );
+    }
+    Ok(t)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _telemetry = init_tracing("gateway");
+    let tokens = tokens(&args.auth).context("gateway auth")?;
+    tracing::info!(tokens = tokens.len(), "API tokens loaded");
     let conns = args.stack.connect("gateway").await?;
     let shutdown = shutdown_signal();
-    let (gw, tasks) =
-        gpusched_gateway::start(conns.log, conns.bus, &conns.instance, shutdown.clone());
+    let (gw, tasks) = gpusched_gateway::start(
+        conns.log,
+        conns.bus,
+        &conns.instance,
+        tokens,
+        shutdown.clone(),
+    );
     gpusched_gateway::serve_http(gw, args.listen, shutdown).await?;
     for t in tasks {
         let _ = t.await;

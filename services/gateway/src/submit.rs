@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpusched_bus::BatchV1;
-use gpusched_events::{Event, Producer};
+use gpusched_events::Event;
 use gpusched_model::{JobId, JobSpec};
 use gpusched_runtime::{wall_clock, Bus, Log};
 use gpusched_store::{producer_name, Lease, NewEvent};
@@ -42,10 +42,24 @@ pub enum SubmitError {
     /// The writer has stopped (shutting down).
     #[error("the gateway is shutting down")]
     Closed,
+    /// The writer's queue is full; nothing was written. Retry later.
+    #[error("too many requests in flight; retry shortly")]
+    Busy,
+    /// The idempotency key was used before for a different request.
+    #[error("Idempotency-Key was used before for a different request")]
+    KeyReused,
+}
+
+/// What one request asks the writer to append.
+enum Work {
+    /// A new job: its id is drawn from the log.
+    Submit(JobSpec),
+    /// Events written as given (cancellations, admin changes).
+    Write(Vec<Event>),
 }
 
 struct Request {
-    spec: JobSpec,
+    work: Work,
     key: Option<String>,
     reply: oneshot::Sender<Result<Submitted, SubmitError>>,
 }
@@ -64,17 +78,53 @@ impl std::fmt::Debug for Request {
 
 impl Submitter {
     /// Submits one job; `key` is the client's idempotency key, already
-    /// scoped (e.g. by tenant).
+    /// scoped (e.g. by tenant). Waits for room in the writer's queue.
     pub async fn submit(
         &self,
         spec: JobSpec,
         key: Option<String>,
     ) -> Result<Submitted, SubmitError> {
+        self.send(Work::Submit(spec), key, true).await
+    }
+
+    /// Like [`Submitter::submit`], but answers [`SubmitError::Busy`] at
+    /// once when the writer's queue is full (the HTTP path: 429).
+    pub async fn try_submit(
+        &self,
+        spec: JobSpec,
+        key: Option<String>,
+    ) -> Result<Submitted, SubmitError> {
+        self.send(Work::Submit(spec), key, false).await
+    }
+
+    /// Appends `events` as one unit, in the same append as other requests
+    /// of the moment. The reply's `seq` is that of the last event; `job` is
+    /// the first event's job, if any. With a `key` seen before, nothing is
+    /// written and `created` is false.
+    pub async fn write(
+        &self,
+        events: Vec<Event>,
+        key: Option<String>,
+    ) -> Result<Submitted, SubmitError> {
+        self.send(Work::Write(events), key, false).await
+    }
+
+    async fn send(
+        &self,
+        work: Work,
+        key: Option<String>,
+        wait: bool,
+    ) -> Result<Submitted, SubmitError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Request { spec, key, reply })
-            .await
-            .map_err(|_| SubmitError::Closed)?;
+        let req = Request { work, key, reply };
+        if wait {
+            self.tx.send(req).await.map_err(|_| SubmitError::Closed)?;
+        } else {
+            self.tx.try_send(req).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => SubmitError::Busy,
+                mpsc::error::TrySendError::Closed(_) => SubmitError::Closed,
+            })?;
+        }
         rx.await.map_err(|_| SubmitError::Closed)?
     }
 }
@@ -189,37 +239,54 @@ fn fail_all(reqs: Vec<Request>, why: &str) {
 }
 
 async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
-    let n = u32::try_from(reqs.len()).unwrap_or(u32::MAX);
-    let ids = match log.allocate_job_ids(n).await {
-        Ok(ids) if ids.len() == reqs.len() => ids,
-        Ok(_) => return fail_all(reqs, "job id allocation came back short"),
-        Err(e) => return fail_all(reqs, &e.to_string()),
-    };
-    let now = wall_clock();
-    let batch: Vec<NewEvent> = reqs
+    let submits = reqs
         .iter()
-        .zip(&ids)
-        .map(|(r, id)| {
-            let ev = NewEvent::new(Event::JobSubmitted {
-                job: JobId(*id),
-                spec: r.spec.clone(),
+        .filter(|r| matches!(r.work, Work::Submit(_)))
+        .count();
+    let mut ids = match u32::try_from(submits) {
+        Ok(0) => Vec::new(),
+        Ok(n) => match log.allocate_job_ids(n).await {
+            Ok(ids) if ids.len() == submits => ids,
+            Ok(_) => return fail_all(reqs, "job id allocation came back short"),
+            Err(e) => return fail_all(reqs, &e.to_string()),
+        },
+        Err(_) => return fail_all(reqs, "too many submissions in one batch"),
+    }
+    .into_iter();
+    let now = wall_clock();
+    // Each request's events, in order; a key goes on each of them (the
+    // first with the key as given), so a repeated request writes nothing.
+    let mut batch: Vec<NewEvent> = Vec::with_capacity(reqs.len());
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(reqs.len());
+    for r in &reqs {
+        let from = batch.len();
+        let events = match &r.work {
+            Work::Submit(spec) => vec![Event::JobSubmitted {
+                job: JobId(ids.next().unwrap_or(0)),
+                spec: spec.clone(),
                 at: now,
+            }],
+            Work::Write(events) => events.clone(),
+        };
+        for (i, ev) in events.into_iter().enumerate() {
+            let ne = NewEvent::new(ev);
+            batch.push(match (&r.key, i) {
+                (Some(k), 0) => ne.idempotency_key(k.clone()),
+                (Some(k), i) => ne.idempotency_key(format!("{k}#{i}")),
+                (None, _) => ne,
             });
-            match &r.key {
-                Some(k) => ev.idempotency_key(k.clone()),
-                None => ev,
-            }
-        })
-        .collect();
+        }
+        spans.push(from..batch.len());
+    }
     let out = match log.append(&batch, &lease.fence()).await {
         Ok(out) => out,
         Err(e) => return fail_all(reqs, &e.to_string()),
     };
-    // Keys that were already in the log: answer with their first job.
+    // Keys that were already in the log: answer with what they wrote.
     let dup_keys: Vec<String> = reqs
         .iter()
-        .zip(&out.seqs)
-        .filter(|(_, s)| s.is_none())
+        .zip(&spans)
+        .filter(|(_, sp)| sp.start < sp.end && out.seqs.get(sp.start).is_some_and(|s| s.is_none()))
         .filter_map(|(r, _)| r.key.clone())
         .collect();
     let earlier = if dup_keys.is_empty() {
@@ -231,43 +298,89 @@ async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
         }
     };
     let mut written = Vec::new();
-    for ((r, id), (seq, ne)) in reqs.into_iter().zip(ids).zip(out.seqs.iter().zip(batch)) {
-        let reply = match seq {
-            Some(seq) => {
-                written.push(ne.event);
+    for (r, span) in reqs.into_iter().zip(spans) {
+        let first = batch.get(span.start).map(|ne| &ne.event);
+        let seqs = &out.seqs[span.clone()];
+        let reply = match seqs.first() {
+            None => Ok(Submitted {
+                job: JobId(0),
+                created: false,
+                seq: 0,
+            }),
+            Some(Some(_)) => {
+                written.extend(
+                    seqs.iter()
+                        .zip(&batch[span.clone()])
+                        .filter_map(|(s, ne)| s.map(|s| (s, ne.event.clone()))),
+                );
                 Ok(Submitted {
-                    job: JobId(id),
+                    job: first.and_then(Event::job).unwrap_or(JobId(0)),
                     created: true,
-                    seq: u64::try_from(*seq).unwrap_or(0),
+                    seq: seqs
+                        .iter()
+                        .rev()
+                        .find_map(|s| *s)
+                        .and_then(|s| u64::try_from(s).ok())
+                        .unwrap_or(0),
                 })
             }
-            None => match r.key.as_ref().and_then(|k| earlier.get(k)) {
-                Some(le) => match le.event.job() {
-                    Some(job) => Ok(Submitted {
-                        job,
-                        created: false,
-                        seq: le.seq,
-                    }),
-                    None => Err(SubmitError::Unavailable(
-                        "idempotency key names an event that is not a submission".into(),
-                    )),
+            Some(None) => match r.key.as_ref().and_then(|k| earlier.get(k)) {
+                Some(le) => match (&r.work, &le.event) {
+                    (Work::Submit(spec), Event::JobSubmitted { job, spec: was, .. }) => {
+                        if spec == was {
+                            Ok(Submitted {
+                                job: *job,
+                                created: false,
+                                seq: le.seq,
+                            })
+                        } else {
+                            Err(SubmitError::KeyReused)
+                        }
+                    }
+                    (Work::Write(evs), ev) if evs.first().map(Event::kind) == Some(ev.kind()) => {
+                        Ok(Submitted {
+                            job: ev.job().unwrap_or(JobId(0)),
+                            created: false,
+                            seq: le.seq,
+                        })
+                    }
+                    _ => Err(SubmitError::KeyReused),
                 },
                 None => Err(SubmitError::Unavailable("duplicate key not found".into())),
             },
         };
         let _ = r.reply.send(reply);
     }
-    if let (Some(first), Some(last)) = (out.first_seq, out.last_seq) {
+    publish_runs(bus, lease, written).await;
+}
+
+/// Publishes what was written, one batch per run of consecutive sequence
+/// numbers from one producer.
+async fn publish_runs(bus: &Bus, lease: &Lease, mut written: Vec<(i64, Event)>) {
+    written.sort_by_key(|(s, _)| *s);
+    let mut i = 0;
+    while i < written.len() {
+        let producer = written[i].1.producer();
+        let first = written[i].0;
+        let mut j = i + 1;
+        while j < written.len()
+            && written[j].0 == first + (j - i) as i64
+            && written[j].1.producer() == producer
+        {
+            j += 1;
+        }
+        let events: Vec<Event> = written[i..j].iter().map(|(_, e)| e.clone()).collect();
         let batch = Arc::new(BatchV1 {
-            producer: producer_name(Producer::Gateway).to_string(),
+            producer: producer_name(producer).to_string(),
             epoch: u64::try_from(lease.epoch).unwrap_or(0),
             first_seq: u64::try_from(first).unwrap_or(0),
-            last_seq: u64::try_from(last).unwrap_or(0),
+            last_seq: u64::try_from(first).unwrap_or(0) + (j - i) as u64 - 1,
             correlation_id: None,
-            events: written,
+            events,
         });
         if let Err(e) = bus.publish(batch).await {
             warn!(error = %e, "publish failed; followers will read the log");
         }
+        i = j;
     }
 }

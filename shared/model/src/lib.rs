@@ -87,7 +87,9 @@ pub const LEVEL_NODE: &str = "node";
 pub const DEFAULT_LEVELS: [&str; 2] = ["rack", "block"];
 
 /// How a tenant's queue treats a head it cannot admit.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum QueueingMode {
     /// A blocked head blocks every job behind it.
@@ -98,7 +100,7 @@ pub enum QueueingMode {
 }
 
 /// A tenant's quota in one GPU flavor.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FlavorQuota {
     /// GPU flavor name, e.g. `h100-80g`.
@@ -124,7 +126,7 @@ impl FlavorQuota {
 }
 
 /// A tenant: one queue with quotas inside a cohort.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantSpec {
     /// Unique tenant name.
@@ -164,7 +166,7 @@ pub struct PriorityClass {
 }
 
 /// A node as registered by its agent.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     /// Unique node name.
@@ -179,7 +181,7 @@ pub struct NodeSpec {
 }
 
 /// How a job checkpoints.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointPolicy {
     /// Seconds between checkpoint starts.
@@ -189,7 +191,7 @@ pub struct CheckpointPolicy {
 }
 
 /// What a user submits.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// Tenant (queue) the job runs under.

@@ -37,6 +37,16 @@ fn seq_u64(s: i64) -> u64 {
     u64::try_from(s).unwrap_or(0)
 }
 
+fn logged(events: Vec<gpusched_store::StoredEvent>) -> Vec<LoggedEvent> {
+    events
+        .into_iter()
+        .map(|e| LoggedEvent {
+            seq: seq_u64(e.seq),
+            event: e.event,
+        })
+        .collect()
+}
+
 fn seq_i64(s: u64) -> i64 {
     i64::try_from(s).unwrap_or(i64::MAX)
 }
@@ -53,16 +63,31 @@ impl Log {
     /// Up to `limit` events after `after`, in order.
     pub async fn read_from(&self, after: u64, limit: usize) -> Result<Vec<LoggedEvent>> {
         match self {
-            Log::Postgres(s) => Ok(s
-                .read_from(seq_i64(after), limit)
-                .await?
-                .into_iter()
-                .map(|e| LoggedEvent {
-                    seq: seq_u64(e.seq),
-                    event: e.event,
-                })
-                .collect()),
+            Log::Postgres(s) => Ok(logged(s.read_from(seq_i64(after), limit).await?)),
             Log::Memory(m) => Ok(m.read_from(after, limit)),
+        }
+    }
+
+    /// Every event of one job, in order. Postgres reads it by the job's
+    /// aggregate index; the in-memory log scans.
+    pub async fn job_events(&self, job: gpusched_model::JobId) -> Result<Vec<LoggedEvent>> {
+        match self {
+            Log::Postgres(s) => Ok(logged(s.job_events(job).await?)),
+            Log::Memory(m) => Ok(m.matching(|e| e.job() == Some(job))),
+        }
+    }
+
+    /// The preemption plans that chose `job` as a victim, in order.
+    pub async fn plans_naming_victim(
+        &self,
+        job: gpusched_model::JobId,
+    ) -> Result<Vec<LoggedEvent>> {
+        match self {
+            Log::Postgres(s) => Ok(logged(s.plans_naming_victim(job).await?)),
+            Log::Memory(m) => Ok(m.matching(|e| match e {
+                Event::PreemptionPlanned { victims, .. } => victims.iter().any(|v| v.job == job),
+                _ => false,
+            })),
         }
     }
 
@@ -177,6 +202,20 @@ fn expiry(ttl: Duration) -> chrono::DateTime<Utc> {
 }
 
 impl MemLog {
+    /// Every event `keep` picks, with its sequence number (a scan).
+    fn matching(&self, keep: impl Fn(&Event) -> bool) -> Vec<LoggedEvent> {
+        self.lock()
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| keep(e))
+            .map(|(i, e)| LoggedEvent {
+                seq: i as u64 + 1,
+                event: e.clone(),
+            })
+            .collect()
+    }
+
     /// An empty log.
     pub fn new() -> Self {
         MemLog::default()

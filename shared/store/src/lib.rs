@@ -399,6 +399,20 @@ impl EventStore {
         rows.iter().map(stored_from_row).collect()
     }
 
+    /// The preemption plans that chose `job` as a victim, in order.
+    pub async fn plans_naming_victim(&self, job: JobId) -> Result<Vec<StoredEvent>> {
+        let sql = format!(
+            "SELECT {SELECT_COLUMNS} FROM events
+              WHERE kind = 'preemption_planned' AND payload -> 'victims' @> $1::jsonb
+              ORDER BY seq"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(serde_json::json!([{ "job": job.0 }]))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(stored_from_row).collect()
+    }
+
     /// Rebuilds the state from an empty one by folding the log with
     /// `State::apply`, up to `until`.
     pub async fn replay(&self, until: Until) -> Result<State> {

@@ -1,0 +1,868 @@
+//! The API client commands: submit, get, list, cancel, explain, queues,
+//! nodes, watch, and token helpers.
+//!
+//! Owns: turning flags and job spec files into API requests, tables for
+//! people and JSON for scripts, and exit codes by outcome. Must never:
+//! judge a job itself (the server validates and names the field), or print
+//! a token except where `token new` is asked to make one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Exit codes of the client commands (also in `gpusched --help` and
+/// docs/api.md).
+pub mod exit {
+    /// Something else failed (a server error, an unexpected answer).
+    pub const ERROR: u8 = 1;
+    /// Usage: bad flags or a bad spec file (clap also exits 2).
+    pub const USAGE: u8 = 2;
+    /// The job, node or route does not exist (404).
+    pub const NOT_FOUND: u8 = 3;
+    /// No token, an unknown token, or not allowed (401, 403).
+    pub const AUTH: u8 = 4;
+    /// The server refused the request (400, 409, 413, 415): the message
+    /// names the field and the rule.
+    pub const REFUSED: u8 = 5;
+    /// The server cannot be reached or is overloaded (connection refused,
+    /// 429, 503); retrying later may work.
+    pub const UNAVAILABLE: u8 = 6;
+}
+
+/// An error that carries the exit code it should end the process with.
+#[derive(Debug)]
+pub struct Exit {
+    /// The exit code.
+    pub code: u8,
+    /// What to print.
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// `println!` that ignores a closed stdout (`gpusched list | head`).
+macro_rules! say {
+    () => {{
+        let _ = writeln!(std::io::stdout().lock());
+    }};
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+fn fail(code: u8, message: impl Into<String>) -> anyhow::Error {
+    Exit {
+        code,
+        message: message.into(),
+    }
+    .into()
+}
+
+/// Where the server is and who we are: flags, then env, then the config
+/// file, then defaults.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Conn {
+    /// API server URL [default: http://127.0.0.1:8080, or `server` in the config file].
+    #[arg(long, env = "GPUSCHED_SERVER")]
+    server: Option<String>,
+    /// Bearer token [or `token` in the config file].
+    #[arg(long, env = "GPUSCHED_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Config file (TOML: `server = "..."`, `token = "..."`)
+    /// [default: ~/.config/gpusched/config.toml].
+    #[arg(long, env = "GPUSCHED_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    server: Option<String>,
+    token: Option<String>,
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+    json: bool,
+}
+
+impl Conn {
+    fn client(&self) -> Result<Client> {
+        let path = self.config.clone().or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| Path::new(&h).join(".config/gpusched/config.toml"))
+                .filter(|p| p.exists())
+        });
+        let file = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|e| fail(exit::USAGE, format!("--config {}: {e}", p.display())))?;
+                toml::from_str::<ConfigFile>(&text)
+                    .map_err(|e| fail(exit::USAGE, format!("--config {}: {e}", p.display())))?
+            }
+            None => ConfigFile::default(),
+        };
+        let base = self
+            .server
+            .clone()
+            .or(file.server)
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(fail(
+                exit::USAGE,
+                format!("--server: {base:?} must start with http:// or https://"),
+            ));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Client {
+            http,
+            base,
+            token: self.token.clone().or(file.token),
+            json: self.json,
+        })
+    }
+}
+
+impl Client {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// Sends and returns (status, JSON body) for 2xx; maps the rest to exits.
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value)> {
+        let resp = req.send().await.map_err(|e| {
+            fail(
+                exit::UNAVAILABLE,
+                format!("cannot reach {}: {e}", self.base),
+            )
+        })?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if (200..300).contains(&status) {
+            return Ok((status, body));
+        }
+        let msg = body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| body.to_string());
+        let code = match status {
+            401 | 403 => exit::AUTH,
+            404 => exit::NOT_FOUND,
+            400 | 409 | 413 | 415 | 422 => exit::REFUSED,
+            429 | 502 | 503 | 504 => exit::UNAVAILABLE,
+            _ => exit::ERROR,
+        };
+        let hint = if status == 401 && self.token.is_none() {
+            " (set GPUSCHED_TOKEN or --token)"
+        } else {
+            ""
+        };
+        Err(fail(code, format!("{status}: {msg}{hint}")))
+    }
+
+    async fn get(&self, path: &str) -> Result<Value> {
+        Ok(self.send(self.request(reqwest::Method::GET, path)).await?.1)
+    }
+
+    fn print_json(&self, v: &Value) {
+        say!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    }
+}
+
+/// `gpusched submit`.
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// Job spec file: .toml, .yaml/.yml or .json (`-`: JSON on stdin). Flags
+    /// given next to it override its fields.
+    #[arg(long, short = 'f')]
+    file: Option<PathBuf>,
+    /// Tenant (queue).
+    #[arg(long, short = 't')]
+    tenant: Option<String>,
+    /// Workers in the gang (all start together or none does).
+    #[arg(long, short = 'N')]
+    workers: Option<u32>,
+    /// GPUs per worker.
+    #[arg(long, short = 'G')]
+    gpus: Option<u32>,
+    /// Acceptable GPU flavor, most preferred first (repeatable).
+    #[arg(long = "flavor")]
+    flavors: Vec<String>,
+    /// Topology level the gang must fit in: node, block, rack or any.
+    #[arg(long)]
+    topology: Option<String>,
+    /// Priority within the tenant (higher first).
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i32>,
+    /// Never preempt this job.
+    #[arg(long)]
+    no_preempt: bool,
+    /// Seconds between checkpoints (the job checkpoints).
+    #[arg(long, requires = "checkpoint_duration")]
+    checkpoint_interval: Option<u64>,
+    /// Seconds one checkpoint takes.
+    #[arg(long, requires = "checkpoint_interval")]
+    checkpoint_duration: Option<u64>,
+    /// Declared maximum runtime, seconds.
+    #[arg(long)]
+    max_runtime: Option<u64>,
+    /// Idempotency key: submitting again with it returns the same job.
+    #[arg(long)]
+    key: Option<String>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+fn read_spec_file(path: &Path) -> Result<Value> {
+    let bad =
+        |e: &dyn std::fmt::Display| fail(exit::USAGE, format!("--file {}: {e}", path.display()));
+    let text = if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| bad(&e))?;
+        s
+    } else {
+        std::fs::read_to_string(path).map_err(|e| bad(&e))?
+    };
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("json")
+        .to_ascii_lowercase();
+    let v: Value = match ext.as_str() {
+        "toml" => toml::from_str(&text).map_err(|e| bad(&e))?,
+        "yaml" | "yml" => serde_yaml_ng::from_str(&text).map_err(|e| bad(&e))?,
+        "json" => serde_json::from_str(&text).map_err(|e| bad(&e))?,
+        other => {
+            return Err(fail(
+                exit::USAGE,
+                format!("--file: unknown extension .{other}; use .toml, .yaml, .yml or .json"),
+            ))
+        }
+    };
+    if !v.is_object() {
+        return Err(bad(&"must be a table/object of job fields"));
+    }
+    Ok(v)
+}
+
+/// The request body: the file's fields, then the flags over them.
+fn spec_body(a: &SubmitArgs) -> Result<Value> {
+    let mut v = match &a.file {
+        Some(p) => read_spec_file(p)?,
+        None => json!({}),
+    };
+    let o = v
+        .as_object_mut()
+        .ok_or_else(|| fail(exit::USAGE, "--file: must hold an object"))?;
+    if let Some(t) = &a.tenant {
+        o.insert("tenant".into(), json!(t));
+    }
+    if let Some(w) = a.workers {
+        o.insert("workers".into(), json!(w));
+    }
+    if let Some(g) = a.gpus {
+        o.insert("gpus_per_worker".into(), json!(g));
+    }
+    if !a.flavors.is_empty() {
+        o.insert("flavors".into(), json!(a.flavors));
+    }
+    if let Some(t) = &a.topology {
+        o.insert("topology".into(), json!(t));
+    }
+    if let Some(p) = a.priority {
+        o.insert("priority".into(), json!(p));
+    }
+    if a.no_preempt {
+        o.insert("preemptible".into(), json!(false));
+    }
+    if let (Some(i), Some(d)) = (a.checkpoint_interval, a.checkpoint_duration) {
+        o.insert(
+            "checkpoint".into(),
+            json!({"interval_s": i, "duration_s": d}),
+        );
+    }
+    if let Some(m) = a.max_runtime {
+        o.insert("max_runtime_s".into(), json!(m));
+    }
+    if a.file.is_none() {
+        // Flags alone: one worker unless told; the server names what is missing.
+        o.entry("workers").or_insert(json!(1));
+    }
+    Ok(v)
+}
+
+/// `gpusched submit`.
+pub async fn submit(a: SubmitArgs) -> Result<()> {
+    let c = a.conn.client()?;
+    let body = spec_body(&a)?;
+    let mut req = c.request(reqwest::Method::POST, "/v1/jobs").json(&body);
+    if let Some(k) = &a.key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let (status, v) = c.send(req).await?;
+    if c.json {
+        c.print_json(&v);
+    } else {
+        let id = v.get("id").and_then(Value::as_u64).unwrap_or(0);
+        if status == 200 {
+            say!("job {id} (already submitted with this key)");
+        } else {
+            say!("submitted job {id}");
+        }
+    }
+    Ok(())
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `1-02:03:04` like squeue's TIME, from milliseconds.
+fn duration_text(ms: u64) -> String {
+    let s = ms / 1000;
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{sec:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{sec:02}")
+    } else {
+        format!("{m}:{sec:02}")
+    }
+}
+
+/// A plain left-aligned table.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(x) = w.get_mut(i) {
+                *x = (*x).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                l.push_str(&format!("{c:<width$}  ", width = w[i]));
+            }
+        }
+        l.trim_end().to_string()
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        out.push('\n');
+        out.push_str(&line(r.clone()));
+    }
+    out
+}
+
+fn job_row(j: &Value) -> Vec<String> {
+    let spec = j.get("spec").cloned().unwrap_or(Value::Null);
+    let time = match (
+        j.get("started_at_ms").and_then(Value::as_u64),
+        j.get("ended_at_ms").and_then(Value::as_u64),
+    ) {
+        (Some(st), None) => duration_text(now_ms().saturating_sub(st)),
+        _ => "0:00".to_string(),
+    };
+    let where_ = {
+        let nodes: Vec<&str> = j
+            .get("nodes")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !nodes.is_empty() {
+            let mut n: Vec<&str> = nodes;
+            n.dedup();
+            n.join(",")
+        } else if let Some(r) = j.get("reason").and_then(Value::as_str) {
+            format!("({r})")
+        } else if let Some(r) = j.get("rejection").and_then(Value::as_str) {
+            format!("(rejected: {r})")
+        } else {
+            String::new()
+        }
+    };
+    vec![
+        u(j, "id").to_string(),
+        s(j, "tenant").to_string(),
+        s(j, "state").to_uppercase(),
+        u(j, "gpus").to_string(),
+        format!("{}x{}", u(&spec, "workers"), u(&spec, "gpus_per_worker")),
+        j.get("flavor")
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_string(),
+        s(&spec, "topology").to_string(),
+        time,
+        where_,
+    ]
+}
+
+const JOB_HEADER: [&str; 9] = [
+    "JOBID",
+    "TENANT",
+    "STATE",
+    "GPUS",
+    "SHAPE",
+    "FLAVOR",
+    "TOPOLOGY",
+    "TIME",
+    "NODES(REASON)",
+];
+
+/// `gpusched get`.
+#[derive(clap::Args, Debug)]
+pub struct JobArg {
+    /// Job id.
+    job: u64,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `gpusched get JOB`.
+pub async fn get(a: JobArg) -> Result<()> {
+    let c = a.conn.client()?;
+    let v = c.get(&format!("/v1/jobs/{}", a.job)).await?;
+    if c.json {
+        c.print_json(&v);
+    } else {
+        say!("{}", table(&JOB_HEADER, &[job_row(&v)]));
+    }
+    Ok(())
+}
+
+/// `gpusched list`.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Only this tenant's jobs.
+    #[arg(long, short = 't')]
+    tenant: Option<String>,
+    /// Only these states, comma-separated (queued,running,...).
+    #[arg(long, short = 's')]
+    state: Option<String>,
+    /// Show at most this many jobs (pages are followed).
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `gpusched list`: every page up to `--limit` jobs.
+pub async fn list(a: ListArgs) -> Result<()> {
+    let c = a.conn.client()?;
+    let mut jobs: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    while jobs.len() < a.limit {
+        let page = (a.limit - jobs.len()).min(1000);
+        let mut q: Vec<(&str, String)> = vec![("limit", page.to_string())];
+        if let Some(t) = &a.tenant {
+            q.push(("tenant", t.clone()));
+        }
+        if let Some(st) = &a.state {
+            q.push(("state", st.clone()));
+        }
+        if let Some(cur) = &cursor {
+            q.push(("cursor", cur.clone()));
+        }
+        let (_, v) = c
+            .send(c.request(reqwest::Method::GET, "/v1/jobs").query(&q))
+            .await?;
+        if let Some(a) = v.get("jobs").and_then(Value::as_array) {
+            jobs.extend(a.iter().cloned());
+        }
+        cursor = v
+            .get("next_cursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    if c.json {
+        c.print_json(&Value::Array(jobs));
+    } else {
+        let rows: Vec<Vec<String>> = jobs.iter().map(job_row).collect();
+        say!("{}", table(&JOB_HEADER, &rows));
+    }
+    Ok(())
+}
+
+/// `gpusched cancel`.
+#[derive(clap::Args, Debug)]
+pub struct CancelArgs {
+    /// Job ids.
+    #[arg(required = true)]
+    jobs: Vec<u64>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `gpusched cancel JOB...`: stops at the first failure.
+pub async fn cancel(a: CancelArgs) -> Result<()> {
+    let c = a.conn.client()?;
+    let mut out = Vec::new();
+    for id in &a.jobs {
+        let (_, v) = c
+            .send(c.request(reqwest::Method::DELETE, &format!("/v1/jobs/{id}")))
+            .await?;
+        if !c.json {
+            match s(&v, "state") {
+                "cancelling" => say!(
+                    "job {id}: cancelling (it stops after a final checkpoint if it checkpoints)"
+                ),
+                st => say!("job {id}: {st}"),
+            }
+        }
+        out.push(v);
+    }
+    if c.json {
+        c.print_json(&Value::Array(out));
+    }
+    Ok(())
+}
+
+/// `gpusched explain JOB`.
+pub async fn explain(a: JobArg) -> Result<()> {
+    let c = a.conn.client()?;
+    let v = c.get(&format!("/v1/jobs/{}/explain", a.job)).await?;
+    if c.json {
+        c.print_json(&v);
+        return Ok(());
+    }
+    say!("job {} is {}", a.job, s(&v, "state"));
+    if let Some(p) = v.get("pending").filter(|p| !p.is_null()) {
+        say!("waiting because {}", s(p, "text"));
+    }
+    if let Some(q) = v.get("queue_position").filter(|q| !q.is_null()) {
+        say!(
+            "position {} of {} in its queue",
+            u(q, "position"),
+            u(q, "of")
+        );
+    }
+    match v.get("guaranteed_start_ms").and_then(Value::as_u64) {
+        Some(t) => say!(
+            "a reservation guarantees a start within {}",
+            duration_text(t.saturating_sub(now_ms()))
+        ),
+        None if matches!(s(&v, "state"), "queued" | "admitted") => {
+            say!("no start time: no reservation guarantees one")
+        }
+        None => {}
+    }
+    say!();
+    for line in v
+        .get("history")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        say!("{}", line.as_str().unwrap_or(""));
+    }
+    Ok(())
+}
+
+/// `gpusched queues` / `nodes`.
+#[derive(clap::Args, Debug)]
+pub struct Plain {
+    #[command(flatten)]
+    conn: Conn,
+}
+
+fn opt(v: &Value, k: &str) -> String {
+    v.get(k)
+        .and_then(Value::as_u64)
+        .map_or("-".to_string(), |x| x.to_string())
+}
+
+/// `gpusched queues`.
+pub async fn queues(a: Plain) -> Result<()> {
+    let c = a.conn.client()?;
+    let v = c.get("/v1/queues").await?;
+    if c.json {
+        c.print_json(&v);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = v
+        .get("queues")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|q| {
+            vec![
+                s(q, "tenant").to_string(),
+                q.get("cohort")
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_string(),
+                s(q, "flavor").to_string(),
+                u(q, "nominal").to_string(),
+                opt(q, "borrowing_limit"),
+                u(q, "used").to_string(),
+                u(q, "borrowed").to_string(),
+                u(q, "lent").to_string(),
+                u(q, "pending").to_string(),
+                u(q, "running").to_string(),
+            ]
+        })
+        .collect();
+    say!(
+        "{}",
+        table(
+            &[
+                "TENANT",
+                "COHORT",
+                "FLAVOR",
+                "NOMINAL",
+                "BORROW_LIMIT",
+                "USED",
+                "BORROWED",
+                "LENT",
+                "PENDING",
+                "RUNNING"
+            ],
+            &rows
+        )
+    );
+    Ok(())
+}
+
+/// `gpusched nodes`.
+pub async fn nodes(a: Plain) -> Result<()> {
+    let c = a.conn.client()?;
+    let v = c.get("/v1/nodes").await?;
+    if c.json {
+        c.print_json(&v);
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = v
+        .get("nodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            let path: Vec<&str> = n
+                .get("path")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            vec![
+                s(n, "name").to_string(),
+                s(n, "flavor").to_string(),
+                path.join("/"),
+                s(n, "status").to_uppercase(),
+                format!("{}/{}", u(n, "used"), u(n, "gpus")),
+                n.get("jobs")
+                    .and_then(Value::as_array)
+                    .map(|a| a.len())
+                    .unwrap_or(0)
+                    .to_string(),
+                opt(n, "reserved_for"),
+            ]
+        })
+        .collect();
+    say!(
+        "{}",
+        table(
+            &[
+                "NODE",
+                "FLAVOR",
+                "TOPOLOGY",
+                "STATUS",
+                "GPUS_USED",
+                "JOBS",
+                "RESERVED_FOR"
+            ],
+            &rows
+        )
+    );
+    Ok(())
+}
+
+/// `gpusched watch`.
+#[derive(clap::Args, Debug)]
+pub struct WatchArgs {
+    /// Only this job's events; exit when it ends.
+    #[arg(long)]
+    job: Option<u64>,
+    /// Start after this sequence number [default: now; 0 replays the log].
+    #[arg(long)]
+    from: Option<u64>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+fn event_line(seq: u64, kind: &str, ev: &Value) -> String {
+    let job = ev.get("job").and_then(Value::as_u64);
+    let mut rest = ev.clone();
+    if let Some(o) = rest.as_object_mut() {
+        for k in ["type", "job", "at"] {
+            o.remove(k);
+        }
+    }
+    let detail = match &rest {
+        Value::Object(o) if o.is_empty() => String::new(),
+        v => v.to_string(),
+    };
+    match job {
+        Some(j) => format!("{seq:>8}  {kind:<22} job {j:<8} {detail}"),
+        None => format!("{seq:>8}  {kind:<22} {detail}"),
+    }
+}
+
+/// `gpusched watch`: follows `/v1/events` as Server-Sent Events, resuming
+/// after the last event seen if the connection drops.
+pub async fn watch(a: WatchArgs) -> Result<()> {
+    let c = a.conn.client()?;
+    let mut after = match a.from {
+        Some(f) => f,
+        None => u(&c.get("/v1/status").await?, "seq"),
+    };
+    let ends = ["job_finished", "job_cancelled", "job_rejected"];
+    let mut stdout = std::io::stdout();
+    loop {
+        let req = c
+            .request(reqwest::Method::GET, "/v1/events")
+            .query(&[("follow", "true".to_string()), ("from", after.to_string())]);
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| fail(exit::UNAVAILABLE, format!("cannot reach {}: {e}", c.base)))?;
+        if !resp.status().is_success() {
+            return c
+                .send(
+                    c.request(reqwest::Method::GET, "/v1/events")
+                        .query(&[("from", after)]),
+                )
+                .await
+                .map(|_| ());
+        }
+        let mut stream = resp.bytes_stream();
+        let mut buf = String::new();
+        let (mut id, mut kind, mut data) = (None::<u64>, String::new(), String::new());
+        while let Some(chunk) = stream.next().await {
+            let Ok(chunk) = chunk else { break };
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(nl) = buf.find('\n') {
+                let line = buf[..nl].trim_end_matches('\r').to_string();
+                buf.drain(..=nl);
+                if line.is_empty() {
+                    if let Some(seq) = id.take() {
+                        after = seq;
+                        let ev: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                        let this_job = ev.get("job").and_then(Value::as_u64);
+                        if a.job.is_none() || this_job == a.job {
+                            let out = if c.json {
+                                json!({"seq": seq, "kind": kind, "event": ev}).to_string()
+                            } else {
+                                event_line(seq, &kind, &ev)
+                            };
+                            let _ = writeln!(stdout, "{out}");
+                            let _ = stdout.flush();
+                            if a.job.is_some() && ends.contains(&kind.as_str()) {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    kind.clear();
+                    data.clear();
+                } else if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    kind = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+        }
+        // The stream ended (server restart, network): resume after `after`.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `gpusched token`.
+#[derive(clap::Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a new random token and print it with its tokens-file entry.
+    New {
+        /// The tenant it acts for.
+        #[arg(long, required_unless_present = "admin", conflicts_with = "admin")]
+        tenant: Option<String>,
+        /// An admin token.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// Print the tokens-file hash of a token.
+    Hash {
+        /// The token.
+        token: String,
+    },
+}
+
+/// `gpusched token ...`.
+pub fn token(cmd: TokenCmd) -> Result<()> {
+    match cmd {
+        TokenCmd::Hash { token } => say!("{}", gpusched_gateway::hash_token(&token)),
+        TokenCmd::New { tenant, admin } => {
+            let t = format!("gps_{}", uuid::Uuid::new_v4().simple());
+            say!("token: {t}");
+            say!("(give it to its user; the server keeps only the hash below)");
+            say!();
+            say!("[[tokens]]");
+            match (&tenant, admin) {
+                (Some(name), _) => {
+                    say!("name = {:?}", name);
+                    say!("tenant = {:?}", name);
+                }
+                (None, _) => {
+                    say!("name = \"admin\"");
+                    say!("admin = true");
+                }
+            }
+            say!("blake3 = {:?}", gpusched_gateway::hash_token(&t));
+        }
+    }
+    Ok(())
+}

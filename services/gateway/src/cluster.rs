@@ -1,0 +1,413 @@
+//! Cluster routes: queues, nodes, and the admin's tenant and node changes.
+//!
+//! Owns: how quota use per tenant and flavor is reported, and the checks
+//! an admin change must pass before its event is written. Must never:
+//! write a change the state would refuse when the view says so (409
+//! instead), or let a tenant token change anything here.
+
+use std::collections::BTreeMap;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State as AxState};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gpusched_core::{NodeStatus, Phase, State};
+use gpusched_events::Event;
+use gpusched_model::{Gpus, NodeId, TenantSpec};
+use gpusched_runtime::read_view;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::{ApiError, ErrorBody, Gateway, Principal};
+
+/// One tenant's quota and use in one flavor.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueueRow {
+    /// The tenant (queue).
+    tenant: String,
+    /// Its cohort, if it shares quota.
+    cohort: Option<String>,
+    /// The GPU flavor.
+    flavor: String,
+    /// GPUs it is entitled to.
+    nominal: Gpus,
+    /// GPUs it may borrow above nominal (`null`: bounded by the cohort only).
+    borrowing_limit: Option<Gpus>,
+    /// GPUs charged to its admitted, bound and running jobs.
+    used: Gpus,
+    /// GPUs of `used` above nominal, borrowed from the cohort.
+    borrowed: Gpus,
+    /// Its idle lendable quota that others in the cohort use now: the
+    /// cohort's borrowing shared among its idle lenders in proportion to
+    /// what each leaves idle.
+    lent: Gpus,
+    /// Jobs waiting for quota or GPUs whose first choice is this flavor.
+    pending: u64,
+    /// Jobs bound or running in this flavor.
+    running: u64,
+}
+
+/// Every tenant's quota and use, per flavor.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueuesView {
+    /// One row per tenant and flavor, by tenant then flavor order.
+    queues: Vec<QueueRow>,
+}
+
+fn queue_rows(s: &State) -> Vec<QueueRow> {
+    let nf = s.flavors().len();
+    let nt = s.tenants().len();
+    // Jobs per tenant and flavor: one pass over the jobs.
+    let mut pending = vec![vec![0u64; nf]; nt];
+    let mut running = vec![vec![0u64; nf]; nt];
+    for j in s.jobs() {
+        let Some(t) = j.tenant else { continue };
+        let f = match j.phase {
+            Phase::Queued => j.flavors.first().copied(),
+            Phase::Admitted | Phase::Bound | Phase::Running | Phase::Preempting => j.flavor,
+            _ => None,
+        };
+        let Some(f) = f.map(usize::from).filter(|f| *f < nf) else {
+            continue;
+        };
+        match j.phase {
+            Phase::Queued | Phase::Admitted => pending[t as usize][f] += 1,
+            _ => running[t as usize][f] += 1,
+        }
+    }
+    // Lent: per cohort and flavor, borrowing spread over idle lendable quota.
+    let mut borrowed_in: BTreeMap<(u32, usize), u64> = BTreeMap::new();
+    let mut idle_in: BTreeMap<(u32, usize), u64> = BTreeMap::new();
+    let idle = |t: &gpusched_core::Tenant, f: usize| -> u64 {
+        let q = t.quota(f as gpusched_core::FlavorIdx);
+        let used = t.used(f as gpusched_core::FlavorIdx);
+        q.map_or(0, |q| q.nominal.saturating_sub(used).min(q.lendable)) as u64
+    };
+    for t in s.tenants() {
+        let Some(c) = t.cohort else { continue };
+        for f in 0..nf {
+            let nominal = t
+                .quota(f as gpusched_core::FlavorIdx)
+                .map_or(0, |q| q.nominal);
+            let used = t.used(f as gpusched_core::FlavorIdx);
+            *borrowed_in.entry((c, f)).or_default() += used.saturating_sub(nominal) as u64;
+            *idle_in.entry((c, f)).or_default() += idle(t, f);
+        }
+    }
+    let mut rows = Vec::new();
+    for (ti, t) in s.tenants().iter().enumerate() {
+        let mut flavors: Vec<usize> = t.flavor_order.iter().map(|f| usize::from(*f)).collect();
+        for (f, n) in running[ti].iter().enumerate() {
+            if !flavors.contains(&f) && (t.used(f as gpusched_core::FlavorIdx) > 0 || *n > 0) {
+                flavors.push(f);
+            }
+        }
+        for f in flavors {
+            let fi = f as gpusched_core::FlavorIdx;
+            let q = t.quota(fi);
+            let nominal = q.map_or(0, |q| q.nominal);
+            let used = t.used(fi);
+            let lent = match t.cohort {
+                None => 0,
+                Some(c) => {
+                    let key = (c, f);
+                    let all_idle = idle_in.get(&key).copied().unwrap_or(0);
+                    let borrowed = borrowed_in.get(&key).copied().unwrap_or(0).min(all_idle);
+                    (borrowed * idle(t, f))
+                        .checked_div(all_idle)
+                        .map_or(0, |x| x as Gpus)
+                }
+            };
+            rows.push(QueueRow {
+                tenant: t.spec.name.clone(),
+                cohort: t.spec.cohort.clone(),
+                flavor: s.flavor_name(fi).to_string(),
+                nominal,
+                borrowing_limit: q.and_then(|q| q.borrowing_limit),
+                used,
+                borrowed: used.saturating_sub(nominal),
+                lent,
+                pending: pending[ti][f],
+                running: running[ti][f],
+            });
+        }
+    }
+    rows
+}
+
+/// Quota and use of every tenant, per flavor: nominal, used, borrowed,
+/// lent, pending and running.
+#[utoipa::path(get, path = "/v1/queues", tag = "cluster",
+    responses((status = 200, body = QueuesView), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn queues(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<QueuesView> {
+    let p = read_view(&gw.view);
+    Json(QueuesView {
+        queues: queue_rows(p.state()),
+    })
+}
+
+/// A node as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeView {
+    /// Its id.
+    id: u32,
+    /// Its name.
+    name: String,
+    /// Its GPU flavor.
+    flavor: String,
+    /// Its topology path, outermost level first.
+    path: Vec<String>,
+    /// `ready`, `cordoned`, `drained` or `lost`.
+    #[schema(value_type = String)]
+    status: NodeStatus,
+    /// GPUs on it.
+    gpus: Gpus,
+    /// GPUs allocated.
+    used: Gpus,
+    /// Jobs holding GPUs on it.
+    jobs: Vec<u64>,
+    /// The job it is reserved for, if any.
+    reserved_for: Option<u64>,
+}
+
+/// The nodes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodesView {
+    /// Every node, by id.
+    nodes: Vec<NodeView>,
+}
+
+/// Every node: flavor, topology, status and use.
+#[utoipa::path(get, path = "/v1/nodes", tag = "cluster",
+    responses((status = 200, body = NodesView), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn nodes(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<NodesView> {
+    let p = read_view(&gw.view);
+    let s = p.state();
+    let nodes = s
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let id = NodeId(u32::try_from(i).unwrap_or(u32::MAX));
+            NodeView {
+                id: id.0,
+                name: n.spec.name.clone(),
+                flavor: s.flavor_name(n.flavor).to_string(),
+                path: n.spec.path.clone(),
+                status: n.status,
+                gpus: n.spec.gpus,
+                used: s.capacity().node_used(id),
+                jobs: n.jobs.iter().map(|j| j.0).collect(),
+                reserved_for: n.reserved_for.map(|j| j.0),
+            }
+        })
+        .collect();
+    Json(NodesView { nodes })
+}
+
+/// An admin change's answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChangeReply {
+    /// Log sequence of the change.
+    seq: u64,
+    /// What it is now (a tenant's name or a node's status).
+    now: String,
+}
+
+fn write_failed(e: crate::SubmitError) -> ApiError {
+    ApiError::unavailable(e)
+}
+
+/// Create or replace a tenant (admin). The body is a tenant spec; its
+/// `name`, when given, must match the path.
+#[utoipa::path(put, path = "/v1/tenants/{name}", tag = "admin", request_body = TenantSpec,
+    params(("name" = String, Path, description = "Tenant name")),
+    responses((status = 201, description = "Created", body = ChangeReply),
+        (status = 200, description = "Replaced", body = ChangeReply),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn put_tenant(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(name): Path<String>,
+    body: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    who.require_admin()?;
+    let Json(mut v) = body?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(ApiError::field(
+            "body",
+            "must be a JSON object (a tenant spec)",
+        ));
+    };
+    match obj.get("name") {
+        None => {
+            obj.insert("name".into(), serde_json::Value::String(name.clone()));
+        }
+        Some(serde_json::Value::String(n)) if *n == name => {}
+        Some(_) => {
+            return Err(ApiError::field(
+                "name",
+                "must match the tenant name in the path",
+            ))
+        }
+    }
+    let spec: TenantSpec = serde_json::from_value(v).map_err(|e| {
+        let msg = e.to_string();
+        match crate::serde_field(&msg) {
+            Some(f) => ApiError::field(&f, msg),
+            None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", msg),
+        }
+    })?;
+    spec.check_fields()
+        .map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    let existed = read_view(&gw.view).state().tenant_idx(&name).is_some();
+    let w = gw
+        .submitter
+        .write(vec![Event::TenantConfigured { spec }], None)
+        .await
+        .map_err(write_failed)?;
+    gw.caught_up(w.seq).await;
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(ChangeReply {
+            seq: w.seq,
+            now: name,
+        }),
+    )
+        .into_response())
+}
+
+/// A node by id or name; 404 otherwise.
+fn node_of(s: &State, raw: &str) -> Result<NodeId, ApiError> {
+    let by_id = raw
+        .parse::<u32>()
+        .ok()
+        .filter(|i| (*i as usize) < s.nodes().len())
+        .map(NodeId);
+    by_id
+        .or_else(|| s.node_id(raw))
+        .ok_or_else(|| ApiError::not_found(format!("no node {raw:?}")))
+}
+
+async fn node_change(
+    who: Principal,
+    gw: Gateway,
+    raw: String,
+    make: fn(NodeId) -> Event,
+    allowed: &[NodeStatus],
+    verb: &str,
+) -> Result<Json<ChangeReply>, ApiError> {
+    who.require_admin()?;
+    let node = {
+        let p = read_view(&gw.view);
+        let s = p.state();
+        let node = node_of(s, &raw)?;
+        let status = s.nodes()[node.index()].status;
+        if !allowed.contains(&status) {
+            return Err(ApiError::conflict(format!(
+                "node {raw} is {}; cannot {verb} it",
+                serde_json::to_value(status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )));
+        }
+        node
+    };
+    let w = gw
+        .submitter
+        .write(vec![make(node)], None)
+        .await
+        .map_err(write_failed)?;
+    gw.caught_up(w.seq).await;
+    let p = read_view(&gw.view);
+    let now = p
+        .state()
+        .nodes()
+        .get(node.index())
+        .and_then(|n| serde_json::to_value(n.status).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    Ok(Json(ChangeReply { seq: w.seq, now }))
+}
+
+/// Cordon a node (admin): no new work is placed on it; running jobs stay.
+#[utoipa::path(post, path = "/v1/nodes/{id}/cordon", tag = "admin",
+    params(("id" = String, Path, description = "Node id or name")),
+    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Not ready", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn cordon_node(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Json<ChangeReply>, ApiError> {
+    node_change(
+        who,
+        gw,
+        id,
+        |node| Event::NodeCordoned { node },
+        &[NodeStatus::Ready],
+        "cordon",
+    )
+    .await
+}
+
+/// Drain a node (admin): no new work; it empties as its jobs end and stays
+/// out of service for maintenance.
+#[utoipa::path(post, path = "/v1/nodes/{id}/drain", tag = "admin",
+    params(("id" = String, Path, description = "Node id or name")),
+    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Already drained or lost", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn drain_node(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Json<ChangeReply>, ApiError> {
+    node_change(
+        who,
+        gw,
+        id,
+        |node| Event::NodeDrained { node },
+        &[NodeStatus::Ready, NodeStatus::Cordoned],
+        "drain",
+    )
+    .await
+}
+
+/// Return a cordoned or drained node to service (admin).
+#[utoipa::path(post, path = "/v1/nodes/{id}/uncordon", tag = "admin",
+    params(("id" = String, Path, description = "Node id or name")),
+    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "Not cordoned or drained", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn uncordon_node(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Json<ChangeReply>, ApiError> {
+    node_change(
+        who,
+        gw,
+        id,
+        |node| Event::NodeUncordoned { node },
+        &[NodeStatus::Cordoned, NodeStatus::Drained],
+        "uncordon",
+    )
+    .await
+}

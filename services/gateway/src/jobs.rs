@@ -1,0 +1,573 @@
+//! Job routes: submit, read, list, cancel, history and explain.
+//!
+//! Owns: what a job looks like over HTTP and the cursor of job lists.
+//! Must never: show a tenant token another tenant's job (404 instead).
+
+use std::collections::BinaryHeap;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State as AxState};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gpusched_core::{explain, Job, Phase, State};
+use gpusched_events::{Event, RejectReason};
+use gpusched_model::{JobId, JobSpec};
+use gpusched_runtime::read_view;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{ApiError, ErrorBody, Gateway, Principal};
+
+/// The lowercase name of a phase, as the API shows and filters it.
+pub fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Submitted => "submitted",
+        Phase::Queued => "queued",
+        Phase::Admitted => "admitted",
+        Phase::Bound => "bound",
+        Phase::Running => "running",
+        Phase::Succeeded => "succeeded",
+        Phase::Failed => "failed",
+        Phase::Cancelled => "cancelled",
+        Phase::Rejected => "rejected",
+        Phase::Preempting => "preempting",
+    }
+}
+
+fn parse_phase(s: &str) -> Option<Phase> {
+    Phase::ALL.iter().copied().find(|p| phase_name(*p) == s)
+}
+
+/// A job id from the path: a positive number, else 400 naming `id`.
+pub(crate) fn job_id(raw: &str) -> Result<JobId, ApiError> {
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .map(JobId)
+        .ok_or_else(|| ApiError::field("id", "must be a job number (1 or more)"))
+}
+
+/// The job if it exists and `who` may see it; 404 otherwise.
+fn visible<'a>(state: &'a State, who: &Principal, id: JobId) -> Result<&'a Job, ApiError> {
+    state
+        .job(id)
+        .filter(|j| who.may_touch(&j.spec.tenant))
+        .ok_or_else(|| ApiError::not_found(format!("no job {}", id.0)))
+}
+
+/// `POST /v1/jobs`' answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubmitReply {
+    /// The job's id.
+    id: u64,
+    /// Log sequence of its `JobSubmitted`.
+    seq: u64,
+}
+
+fn reject_to_error(r: RejectReason) -> ApiError {
+    let field = match &r {
+        RejectReason::InvalidField { field, .. } => field.clone(),
+        RejectReason::UnknownTenant { .. } => "tenant".into(),
+        RejectReason::UnknownFlavor { .. } => "flavors".into(),
+        RejectReason::UnknownLevel { .. } => "topology".into(),
+        RejectReason::GangTooLarge { .. } | RejectReason::ExceedsQuotaLimit { .. } => {
+            "workers".into()
+        }
+        RejectReason::DuplicateJob => "id".into(),
+    };
+    let message = r.to_string();
+    let rule = message
+        .strip_prefix(&format!("{field}: "))
+        .unwrap_or(&message)
+        .to_string();
+    ApiError::field(&field, rule)
+}
+
+/// Submit a job. With an `Idempotency-Key` header, a repeated request
+/// answers 200 with the job the first one created (201).
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; scoped to the tenant")),
+    responses(
+        (status = 201, description = "Recorded in the log", body = SubmitReply),
+        (status = 200, description = "The key was seen before: the job it created", body = SubmitReply),
+        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, description = "A tenant token submitting for another tenant", body = ErrorBody),
+        (status = 409, description = "The key was used for a different job", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 429, description = "Too many submissions in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn submit_job(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<JobSpec>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(spec) = body?;
+    spec.check_fields()
+        .map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    if !who.may_touch(&spec.tenant) {
+        return Err(ApiError {
+            field: Some("tenant".into()),
+            ..ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "tenant: this token submits only for its own tenant",
+            )
+        });
+    }
+    gpusched_core::admission::validate(read_view(&gw.view).state(), &spec)
+        .map_err(reject_to_error)?;
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let k = v.to_str().ok().filter(|k| {
+                !k.is_empty() && k.len() <= 200 && k.bytes().all(|b| b.is_ascii_graphic())
+            });
+            let Some(k) = k else {
+                return Err(ApiError::field(
+                    "Idempotency-Key",
+                    "must be 1 to 200 visible ASCII characters",
+                ));
+            };
+            Some(format!("submit:{}:{k}", spec.tenant))
+        }
+    };
+    let s = gw
+        .submitter
+        .try_submit(spec, key)
+        .await
+        .map_err(ApiError::unavailable)?;
+    let status = if s.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(SubmitReply {
+            id: s.job.0,
+            seq: s.seq,
+        }),
+    )
+        .into_response())
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobView {
+    /// Its id.
+    id: u64,
+    /// Where it is: submitted, queued, admitted, bound, running,
+    /// preempting, succeeded, failed, cancelled or rejected.
+    state: String,
+    /// Its tenant.
+    tenant: String,
+    /// What was asked.
+    spec: JobSpec,
+    /// GPUs of the whole gang.
+    gpus: u32,
+    /// The flavor charged while admitted, bound or running.
+    flavor: Option<String>,
+    /// When it was submitted (ms since the Unix epoch).
+    submitted_at_ms: u64,
+    /// When its current run started.
+    started_at_ms: Option<u64>,
+    /// When it ended.
+    ended_at_ms: Option<u64>,
+    /// Times it started.
+    starts: u32,
+    /// Times it was preempted.
+    preemptions: u32,
+    /// Whether its user asked to cancel it while it ran.
+    cancel_requested: bool,
+    /// Nodes it holds GPUs on.
+    nodes: Vec<String>,
+    /// Why it was rejected, if it was.
+    rejection: Option<String>,
+    /// Why it waits now, while queued or admitted (see `/explain`).
+    reason: Option<String>,
+}
+
+fn job_view(s: &State, j: &Job) -> JobView {
+    JobView {
+        id: j.id.0,
+        state: phase_name(j.phase).to_string(),
+        tenant: j.spec.tenant.clone(),
+        spec: j.spec.clone(),
+        gpus: j.spec.total_gpus(),
+        flavor: j.flavor.map(|f| s.flavor_name(f).to_string()),
+        submitted_at_ms: j.submitted_at.0,
+        started_at_ms: j.started_at.map(|t| t.0),
+        ended_at_ms: j.ended_at.map(|t| t.0),
+        starts: j.starts,
+        preemptions: j.preemptions,
+        cancel_requested: j.cancel_requested.is_some(),
+        nodes: j
+            .assignments
+            .iter()
+            .filter_map(|a| s.nodes().get(a.node.index()).map(|n| n.spec.name.clone()))
+            .collect(),
+        rejection: j.rejection.as_ref().map(|r| r.to_string()),
+        reason: explain::pending_reason(s, j.id).map(|r| r.to_string()),
+    }
+}
+
+/// Read one job.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, body = JobView), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_job(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let id = job_id(&id)?;
+    let p = read_view(&gw.view);
+    let s = p.state();
+    let j = visible(s, &who, id)?;
+    Ok(Json(job_view(s, j)))
+}
+
+/// Filters and page of `GET /v1/jobs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only this tenant's jobs (a tenant token sees only its own anyway).
+    tenant: Option<String>,
+    /// Only jobs in these states, comma-separated (e.g. `queued,running`).
+    state: Option<String>,
+    /// Jobs per page, 1 to 1000 (default 100).
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// A page of jobs, by id.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobPage {
+    /// The jobs, ascending by id.
+    jobs: Vec<JobView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    next_cursor: Option<String>,
+}
+
+/// List jobs, ascending by id, a page at a time.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
+    responses((status = 200, body = JobPage), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, description = "A tenant token asking for another tenant", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_jobs(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<JobPage>, ApiError> {
+    let Query(q) = q?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::field("limit", "must be 1 to 1000"));
+    }
+    let after = match &q.cursor {
+        None => 0,
+        Some(c) => c
+            .parse::<u64>()
+            .map_err(|_| ApiError::field("cursor", "must be a next_cursor this API gave"))?,
+    };
+    let phases: Option<Vec<Phase>> = match &q.state {
+        None => None,
+        Some(list) => Some(
+            list.split(',')
+                .map(|s| {
+                    parse_phase(s.trim()).ok_or_else(|| {
+                        ApiError::field(
+                            "state",
+                            format!(
+                                "unknown state {s:?}; one of {}",
+                                Phase::ALL.map(phase_name).join(", ")
+                            ),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    };
+    let tenant = match (&who, q.tenant) {
+        (Principal::Admin, t) => t,
+        (Principal::Tenant(own), None) => Some(own.clone()),
+        (Principal::Tenant(own), Some(t)) if &t == own => Some(t),
+        (Principal::Tenant(_), Some(_)) => {
+            return Err(ApiError {
+                field: Some("tenant".into()),
+                ..ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "tenant: this token lists only its own tenant's jobs",
+                )
+            })
+        }
+    };
+    let p = read_view(&gw.view);
+    let s = p.state();
+    // The `limit + 1` smallest matching ids after the cursor: one pass.
+    let mut heap: BinaryHeap<u64> = BinaryHeap::with_capacity(limit + 2);
+    for j in s.jobs() {
+        if j.id.0 <= after
+            || tenant.as_ref().is_some_and(|t| &j.spec.tenant != t)
+            || phases.as_ref().is_some_and(|ps| !ps.contains(&j.phase))
+        {
+            continue;
+        }
+        if heap.len() <= limit {
+            heap.push(j.id.0);
+        } else if heap.peek().is_some_and(|top| j.id.0 < *top) {
+            heap.pop();
+            heap.push(j.id.0);
+        }
+    }
+    let mut ids = heap.into_sorted_vec();
+    let more = ids.len() > limit;
+    ids.truncate(limit);
+    let next_cursor = more.then(|| ids.last().map(|l| l.to_string())).flatten();
+    let jobs = ids
+        .into_iter()
+        .filter_map(|id| s.job(JobId(id)).map(|j| job_view(s, j)))
+        .collect();
+    Ok(Json(JobPage { jobs, next_cursor }))
+}
+
+/// `DELETE /v1/jobs/{id}`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelReply {
+    /// The job.
+    id: u64,
+    /// `cancelled`, or `cancelling` while a running job checkpoints and stops.
+    state: String,
+    /// Log sequence of the cancellation.
+    seq: u64,
+}
+
+/// Cancel a job. A waiting job is cancelled at once (200). A running job
+/// keeps its GPUs until its agent stops it, after a final checkpoint when it
+/// checkpoints (202, `cancelling`). Repeating the request is harmless.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, body = CancelReply), (status = 202, body = CancelReply),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "The job has already ended", body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn cancel_job(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = job_id(&id)?;
+    let (event, running) = {
+        let p = read_view(&gw.view);
+        let s = p.state();
+        let j = visible(s, &who, id)?;
+        match j.phase {
+            p if p.is_terminal() => {
+                return Err(ApiError::conflict(format!(
+                    "job {} has already ended ({})",
+                    id.0,
+                    phase_name(p)
+                )))
+            }
+            Phase::Running | Phase::Preempting if j.cancel_requested.is_some() => {
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Json(CancelReply {
+                        id: id.0,
+                        state: "cancelling".into(),
+                        seq: p.seq(),
+                    }),
+                )
+                    .into_response())
+            }
+            Phase::Running | Phase::Preempting => (
+                Event::JobCancelRequested {
+                    job: id,
+                    at: gpusched_runtime::wall_clock(),
+                },
+                true,
+            ),
+            _ => (
+                Event::JobCancelled {
+                    job: id,
+                    at: gpusched_runtime::wall_clock(),
+                },
+                false,
+            ),
+        }
+    };
+    let key = format!("cancel:{}", id.0);
+    let w = gw
+        .submitter
+        .write(vec![event], Some(key))
+        .await
+        .map_err(ApiError::unavailable)?;
+    gw.caught_up(w.seq).await;
+    let (status, state) = if running {
+        (StatusCode::ACCEPTED, "cancelling")
+    } else {
+        (StatusCode::OK, "cancelled")
+    };
+    Ok((
+        status,
+        Json(CancelReply {
+            id: id.0,
+            state: state.into(),
+            seq: w.seq,
+        }),
+    )
+        .into_response())
+}
+
+/// One event of a job's history.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LoggedJobEvent {
+    /// Its place in the log.
+    seq: u64,
+    /// Its kind, e.g. `job_bound`.
+    kind: String,
+    /// The event as logged (tagged by `type`).
+    #[schema(value_type = Object)]
+    event: Event,
+}
+
+/// A job's events from the log, in order.
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs",
+    params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, body = Vec<LoggedJobEvent>), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn job_events(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<LoggedJobEvent>>, ApiError> {
+    let id = job_id(&id)?;
+    visible(read_view(&gw.view).state(), &who, id)?;
+    let events = gw.log.job_events(id).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        )
+    })?;
+    Ok(Json(
+        events
+            .into_iter()
+            .map(|e| LoggedJobEvent {
+                seq: e.seq,
+                kind: e.event.kind().to_string(),
+                event: e.event,
+            })
+            .collect(),
+    ))
+}
+
+/// Why a job waits now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PendingView {
+    /// `quota_exceeded`, `cohort_exhausted`, `no_domain_fits` or `behind_head`.
+    kind: String,
+    /// The reason in words, with the figures.
+    text: String,
+    /// The reason's figures (tagged by `kind`).
+    #[schema(value_type = Object)]
+    detail: gpusched_events::PendingReason,
+}
+
+/// A job's place in its tenant's queue.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QueuePosition {
+    /// 1-based position.
+    position: usize,
+    /// Jobs in the queue.
+    of: usize,
+}
+
+/// `GET /v1/jobs/{id}/explain`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ExplainView {
+    /// The job.
+    id: u64,
+    /// Where it is now.
+    state: String,
+    /// Why it waits, if it waits for something.
+    pending: Option<PendingView>,
+    /// Its place in its queue, while queued.
+    queue_position: Option<QueuePosition>,
+    /// A start time, only where a reservation guarantees one (ms since the
+    /// Unix epoch); gpusched never guesses a wait.
+    guaranteed_start_ms: Option<u64>,
+    /// The job's history from the log, one line per step with its reason,
+    /// ending with where it stands now.
+    history: Vec<String>,
+}
+
+/// Why a job is where it is: its history from the log with the reason at
+/// each step, why it waits now, and its position in its queue.
+#[utoipa::path(get, path = "/v1/jobs/{id}/explain", tag = "jobs",
+    params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, body = ExplainView), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn explain_job(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    Path(id): Path<String>,
+) -> Result<Json<ExplainView>, ApiError> {
+    let id = job_id(&id)?;
+    visible(read_view(&gw.view).state(), &who, id)?;
+    let unavailable = |e: gpusched_store::StoreError| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        )
+    };
+    let mut logged = gw.log.job_events(id).await.map_err(unavailable)?;
+    // Plans are logged under their beneficiary: the ones that chose this
+    // job as a victim are read separately (only for a job ever preempted).
+    let was_victim = {
+        let p = read_view(&gw.view);
+        p.state()
+            .job(id)
+            .is_some_and(|j| j.preemptions > 0 || j.phase == Phase::Preempting)
+    };
+    if was_victim {
+        logged.extend(gw.log.plans_naming_victim(id).await.map_err(unavailable)?);
+        logged.sort_by_key(|e| e.seq);
+        logged.dedup_by_key(|e| e.seq);
+    }
+    let events: Vec<Event> = logged.into_iter().map(|e| e.event).collect();
+    let p = read_view(&gw.view);
+    let s = p.state();
+    let j = visible(s, &who, id)?;
+    let pending = explain::pending_reason(s, id).map(|r| PendingView {
+        kind: r.kind().to_string(),
+        text: r.to_string(),
+        detail: r,
+    });
+    let queue_position =
+        explain::queue_position(s, id).map(|(position, of)| QueuePosition { position, of });
+    let guaranteed_start_ms = matches!(j.phase, Phase::Queued | Phase::Admitted)
+        .then(|| s.reservations().get(&id).and_then(|r| r.start))
+        .flatten()
+        .map(|t| t.0);
+    Ok(Json(ExplainView {
+        id: id.0,
+        state: phase_name(j.phase).to_string(),
+        pending,
+        queue_position,
+        guaranteed_start_ms,
+        history: explain::history(&events, s, id),
+    }))
+}
