@@ -582,6 +582,9 @@ pub async fn explain(a: JobArg) -> Result<()> {
             u(q, "of")
         );
     }
+    if let Some(r) = v.get("reservation_ahead").and_then(Value::as_u64) {
+        say!("GPUs of its flavor are reserved for job {r} ahead of it");
+    }
     match v.get("guaranteed_start_ms").and_then(Value::as_u64) {
         Some(t) => say!(
             "a reservation guarantees a start within {}",

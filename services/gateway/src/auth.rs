@@ -38,7 +38,11 @@ impl AuthArgs {
         if let Some(tok) = self.admin_token.as_deref().filter(|t| !t.is_empty()) {
             t = t.with_token(tok, Principal::Admin);
         }
-        if let Some(p) = &self.tokens_file {
+        if let Some(p) = self
+            .tokens_file
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             t = t.with_file(p)?;
         }
         Ok(t)

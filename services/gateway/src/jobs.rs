@@ -504,6 +504,8 @@ pub struct ExplainView {
     pending: Option<PendingView>,
     /// Its place in its queue, while queued.
     queue_position: Option<QueuePosition>,
+    /// A job ahead of it holding a reservation on nodes of its flavor.
+    reservation_ahead: Option<u64>,
     /// A start time, only where a reservation guarantees one (ms since the
     /// Unix epoch); gpusched never guesses a wait.
     guaranteed_start_ms: Option<u64>,
@@ -567,6 +569,7 @@ pub async fn explain_job(
         state: phase_name(j.phase).to_string(),
         pending,
         queue_position,
+        reservation_ahead: explain::reservation_ahead(s, id).map(|j| j.0),
         guaranteed_start_ms,
         history: explain::history(&events, s, id),
     }))

@@ -60,6 +60,34 @@ pub fn pending_reason(state: &State, id: JobId) -> Option<PendingReason> {
     }
 }
 
+/// Another job holding a reservation on nodes of this waiting job's flavor
+/// (the earliest-made one): GPUs held ahead of it that backfill may not
+/// take. Costs O(reservations).
+pub fn reservation_ahead(state: &State, id: JobId) -> Option<JobId> {
+    let job = state.job(id)?;
+    if !matches!(job.phase, Phase::Queued | Phase::Admitted) {
+        return None;
+    }
+    let flavors: Vec<_> = match job.flavor {
+        Some(f) => vec![f],
+        None => job.flavors.clone(),
+    };
+    state
+        .reservations()
+        .iter()
+        .filter(|(other, _)| **other != id)
+        .filter(|(_, r)| {
+            r.assignments.iter().any(|a| {
+                state
+                    .nodes()
+                    .get(a.node.index())
+                    .is_some_and(|n| flavors.contains(&n.flavor))
+            })
+        })
+        .min_by_key(|(other, r)| (r.made_at, **other))
+        .map(|(other, _)| *other)
+}
+
 /// A queued job's 1-based position in its tenant's queue and the queue's
 /// length. Costs O(position).
 pub fn queue_position(state: &State, id: JobId) -> Option<(usize, usize)> {
@@ -340,6 +368,11 @@ pub fn history<'a>(
         let mut now = format!("now: {:?}", job.phase);
         if let Some(r) = pending_reason(state, id) {
             now.push_str(&format!("; waiting because {r}"));
+        }
+        if let Some(other) = reservation_ahead(state, id) {
+            now.push_str(&format!(
+                "; GPUs of its flavor are reserved for job {other} ahead of it (backfill only where it ends in time)"
+            ));
         }
         if let Some((pos, len)) = queue_position(state, id) {
             now.push_str(&format!("; position {pos} of {len} in its queue"));

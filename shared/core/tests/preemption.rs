@@ -541,6 +541,31 @@ fn backfill_never_delays_a_reservation() {
         Event::JobBound { job, backfill_for: Some(o), .. } if *job == early && *o == gang
     )));
     assert_eq!(d.phase(late), Phase::Admitted, "it would delay the gang");
+    // Explain names the reservation ahead of it, and gives the gang (only)
+    // its guaranteed start.
+    assert_eq!(
+        gpusched_core::explain::reservation_ahead(&d.state, late),
+        Some(gang)
+    );
+    assert_eq!(
+        gpusched_core::explain::reservation_ahead(&d.state, gang),
+        None
+    );
+    let now = gpusched_core::explain::history(&d.log, &d.state, late);
+    let last = now.last().unwrap();
+    assert!(
+        last.contains(&format!("reserved for job {gang} ahead of it")),
+        "{last}"
+    );
+    assert!(last.contains("no start time"), "{last}");
+    let gang_now = gpusched_core::explain::history(&d.log, &d.state, gang);
+    assert!(
+        gang_now
+            .last()
+            .unwrap()
+            .contains("a reservation guarantees a start"),
+        "{gang_now:?}"
+    );
 
     // Jobs end at (or before) their max runtimes; the gang starts no later
     // than its reservation's start, and before `late`.
