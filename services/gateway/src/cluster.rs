@@ -269,10 +269,24 @@ pub async fn put_tenant(
     let existed = read_view(&gw.view).state().tenant_idx(&name).is_some();
     let w = gw
         .submitter
-        .write(vec![Event::TenantConfigured { spec }], None)
+        .write(vec![Event::TenantConfigured { spec: spec.clone() }], None)
         .await
         .map_err(write_failed)?;
-    gw.caught_up(w.seq).await;
+    if gw.caught_up(w.seq).await {
+        // The state may refuse a change (it is then logged but has no
+        // effect): say so rather than report success.
+        let p = read_view(&gw.view);
+        let s = p.state();
+        let took = s
+            .tenant_idx(&name)
+            .is_some_and(|t| s.tenant(t).spec == spec);
+        if !took {
+            return Err(ApiError::conflict(format!(
+                "the scheduler refused this configuration of tenant {name} (event {}); the tenant is unchanged",
+                w.seq
+            )));
+        }
+    }
     let status = if existed {
         StatusCode::OK
     } else {
