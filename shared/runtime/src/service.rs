@@ -109,6 +109,13 @@ pub struct ServiceStats {
     pub takeovers: AtomicU64,
     /// Cycle durations (decide + append), microseconds, summed.
     pub cycle_us: AtomicU64,
+    /// Cycle durations (decide + append + fold) of cycles that appended.
+    pub cycle_hist: crate::stats::CycleHistogram,
+    /// When this instance last became ready to decide (lease, rebuild and
+    /// relay done), Unix milliseconds.
+    pub ready_unix_ms: AtomicU64,
+    /// How long the last rebuild took, milliseconds.
+    pub rebuild_ms: AtomicU64,
 }
 
 /// Now as gpusched timestamps count it: milliseconds since the Unix epoch.
@@ -268,6 +275,10 @@ async fn lead<D: Decider>(
         stats.relayed.fetch_add(1, Ordering::Relaxed);
     }
     stats.seq.store(proj.seq(), Ordering::Relaxed);
+    stats
+        .rebuild_ms
+        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    stats.ready_unix_ms.store(wall_clock().0, Ordering::Relaxed);
 
     let mut last_renew = Instant::now();
     let mut last_poll = Instant::now();
@@ -406,9 +417,9 @@ async fn lead<D: Decider>(
                 stats.seq.store(proj.seq(), Ordering::Relaxed);
                 stats.superseded.store(proj.superseded(), Ordering::Relaxed);
                 dirty = true;
-                stats
-                    .cycle_us
-                    .fetch_add(last_decide.elapsed().as_micros() as u64, Ordering::Relaxed);
+                let us = last_decide.elapsed().as_micros() as u64;
+                stats.cycle_us.fetch_add(us, Ordering::Relaxed);
+                stats.cycle_hist.record(us);
             }
             Err(e) if is_fenced(&e) => {
                 warn!(service = %cfg.service, error = %e, "append fenced off");
