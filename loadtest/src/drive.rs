@@ -11,6 +11,7 @@
 //! decide anything a service decides.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use gpusched_bus::{async_nats, Namespace};
 use gpusched_model::JobSpec;
+use gpusched_runtime::StatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -262,11 +264,14 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     b
 }
 
-/// Samples taken once a second while the run lasts.
+/// Samples taken while the run lasts.
 #[derive(Clone, Debug, Default)]
 pub struct Samples {
     /// Messages in the event stream, by second since the origin.
     pub stream_messages: BTreeMap<i64, u64>,
+    /// Every service's stats four times a second: (seconds since the
+    /// origin, snapshot).
+    pub progress: Vec<(f64, StatsSnapshot)>,
 }
 
 impl Samples {
@@ -285,11 +290,27 @@ impl Samples {
     }
 }
 
-/// Samples the run's event stream until `stop`; the samples are keyed by
-/// whole seconds since `origin`.
+fn read_all_stats(dir: &Path, t: f64, into: &mut Vec<(f64, StatsSnapshot)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.to_string_lossy().ends_with(".stats.json") {
+            if let Some(s) = crate::stack::read_stats(&path) {
+                into.push((t, s));
+            }
+        }
+    }
+}
+
+/// Samples the run's event stream (each second) and the services' stats
+/// files in `stats_dir` (four times a second) until `stop`; times are
+/// seconds since `origin`.
 pub fn spawn_sampler(
     nats_url: String,
     namespace: String,
+    stats_dir: PathBuf,
     origin: Instant,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<Samples> {
@@ -303,16 +324,25 @@ pub fn spawn_sampler(
             return samples;
         };
         let name = ns.evt_stream();
+        let mut tick = 0u64;
         loop {
-            if let Ok(mut s) = js.get_stream(&name).await {
-                if let Ok(info) = s.info().await {
-                    let at = origin.elapsed().as_secs_f64().round() as i64;
-                    samples.stream_messages.insert(at, info.state.messages);
+            if tick % 4 == 0 {
+                if let Ok(mut s) = js.get_stream(&name).await {
+                    if let Ok(info) = s.info().await {
+                        let at = origin.elapsed().as_secs_f64().round() as i64;
+                        samples.stream_messages.insert(at, info.state.messages);
+                    }
                 }
             }
+            tick += 1;
+            read_all_stats(
+                &stats_dir,
+                origin.elapsed().as_secs_f64(),
+                &mut samples.progress,
+            );
             tokio::select! {
                 _ = stop.cancelled() => return samples,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         }
     })
@@ -374,6 +404,7 @@ mod tests {
     fn stream_rates_are_differences_per_second() {
         let s = Samples {
             stream_messages: [(0, 0), (1, 100), (3, 300)].into_iter().collect(),
+            progress: Vec::new(),
         };
         let r: Vec<f64> = s.rates().into_values().collect();
         assert_eq!(r, vec![100.0, 100.0]);

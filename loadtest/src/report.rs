@@ -172,7 +172,9 @@ pub struct Report {
     /// Goals.
     pub goals: Vec<Goal>,
     /// Series by second since the origin: submitted, admitted, bound,
-    /// events, stream messages per second, queue depth, p99 latency.
+    /// events, stream messages per second, queue depth, p99 latency, every
+    /// kind in the log; and by millisecond: each service process's fold
+    /// position (`pid<N>_<service>_seq`) and events appended.
     pub series: BTreeMap<String, BTreeMap<i64, f64>>,
 }
 
@@ -273,6 +275,23 @@ impl Report {
                 .collect(),
         );
         series.insert("p99_submit_to_bound_ms".into(), f.p99_by_bound_second());
+        for kind in f.per_second.keys() {
+            series.insert(format!("log_{kind}_per_s"), to_f(f.series(kind)));
+        }
+        // Each service's fold position and appends over time (quarter
+        // seconds, keyed by milliseconds since the origin).
+        for (t, snap) in &o.samples.progress {
+            let ms = (t * 1000.0).round() as i64;
+            let name = format!("pid{}_{}", snap.pid, snap.service);
+            series
+                .entry(format!("{name}_seq"))
+                .or_insert_with(BTreeMap::new)
+                .insert(ms, snap.seq as f64);
+            series
+                .entry(format!("{name}_appended"))
+                .or_insert_with(BTreeMap::new)
+                .insert(ms, snap.appended as f64);
+        }
         let mut r = Report {
             scenario: plan.scenario,
             smoke: args.smoke,

@@ -396,6 +396,7 @@ async fn execute(
     let sampler = drive::spawn_sampler(
         args.nats_url.clone(),
         stack.namespace.clone(),
+        stack.opts.logs.clone(),
         origin,
         stop_sampler.clone(),
     );
