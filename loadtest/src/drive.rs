@@ -326,7 +326,7 @@ pub fn spawn_sampler(
         let name = ns.evt_stream();
         let mut tick = 0u64;
         loop {
-            if tick % 4 == 0 {
+            if tick.is_multiple_of(4) {
                 if let Ok(mut s) = js.get_stream(&name).await {
                     if let Ok(info) = s.info().await {
                         let at = origin.elapsed().as_secs_f64().round() as i64;
