@@ -647,7 +647,7 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
         stack,
         out,
         "decided",
-        |s| s.jobs as u64 - phase(s, "submitted") - phase(s, "queued"),
+        |s| (s.jobs as u64).saturating_sub(phase(s, "submitted") + phase(s, "queued")),
         |s| phase(s, "submitted") + phase(s, "queued") + phase(s, "bound") == 0,
     )
     .await?;
