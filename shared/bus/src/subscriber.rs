@@ -16,6 +16,10 @@ use futures::StreamExt;
 
 use crate::{decode, BusError, Envelope};
 
+/// The shortest wait [`Subscriber::next_batch`] sends to the server as a
+/// pull request's expiry; a shorter wait is a local sleep.
+pub const MIN_PULL_EXPIRES: Duration = Duration::from_millis(20);
+
 /// A durable pull consumer on one stream and filter subject.
 #[derive(Debug)]
 pub struct Subscriber {
@@ -153,7 +157,9 @@ impl Subscriber {
     /// nothing is, waits up to `timeout` for the first message and returns
     /// as soon as it comes, with whatever else is waiting by then. An empty
     /// vector means nothing came. Malformed messages are terminated here and
-    /// returned with their decode error.
+    /// returned with their decode error. A `timeout` under
+    /// [`MIN_PULL_EXPIRES`] with nothing waiting is slept here, not asked
+    /// of the server.
     pub async fn next_batch(
         &self,
         max: usize,
@@ -161,7 +167,12 @@ impl Subscriber {
     ) -> Result<Vec<Delivery>, BusError> {
         let max = max.max(1);
         let mut out = self.fetch_waiting(max).await?;
-        if out.is_empty() {
+        if out.is_empty() && timeout < MIN_PULL_EXPIRES {
+            // nats-server 2.9 drops a pull request that expires before it
+            // is served without answering it, and the client then waits
+            // out its own 5 s request timeout. Too short to ask: wait here.
+            tokio::time::sleep(timeout).await;
+        } else if out.is_empty() {
             // A pull request for one message returns when it arrives; one
             // for `max` would wait out `timeout` unless `max` arrived.
             let batch = self

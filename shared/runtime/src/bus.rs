@@ -16,6 +16,35 @@ use tokio::sync::broadcast;
 /// behind reads the gap from the log.
 const MEMORY_CAPACITY: usize = 16_384;
 
+/// Most events in one NATS message. A batch's JSON events are a few
+/// hundred bytes each; NATS refuses payloads over 1 MiB by default (a
+/// 60,000-node registration is ~12 MiB).
+pub const MAX_EVENTS_PER_MESSAGE: usize = 1024;
+
+/// `batch` as consecutive batches of at most `max` events each.
+pub fn split_batch(batch: &BatchV1, max: usize) -> Vec<BatchV1> {
+    let max = max.max(1);
+    if batch.events.len() <= max {
+        return vec![batch.clone()];
+    }
+    batch
+        .events
+        .chunks(max)
+        .enumerate()
+        .map(|(i, events)| {
+            let first_seq = batch.first_seq + (i * max) as u64;
+            BatchV1 {
+                producer: batch.producer.clone(),
+                epoch: batch.epoch,
+                first_seq,
+                last_seq: first_seq + events.len() as u64 - 1,
+                correlation_id: batch.correlation_id.clone(),
+                events: events.to_vec(),
+            }
+        })
+        .collect()
+}
+
 /// A handle to publish and subscribe.
 #[derive(Clone, Debug)]
 pub enum Bus {
@@ -80,14 +109,19 @@ impl Bus {
     }
 
     /// Publishes one batch and waits until the bus has it. On NATS the
-    /// current span's trace context rides in the `traceparent` header.
+    /// current span's trace context rides in the `traceparent` header, and
+    /// a batch of more than [`MAX_EVENTS_PER_MESSAGE`] events goes out as
+    /// consecutive messages of at most that many (each names its own
+    /// sequence range), so that none exceeds the server's payload limit.
     pub async fn publish(&self, batch: Arc<BatchV1>) -> Result<(), BusError> {
         match self {
             Bus::Nats(n) => {
                 let traceparent = crate::telemetry::current_traceparent();
-                n.publisher
-                    .publish(&Envelope::V1((*batch).clone()), traceparent.as_deref())
-                    .await?;
+                for part in split_batch(&batch, MAX_EVENTS_PER_MESSAGE) {
+                    n.publisher
+                        .publish(&Envelope::V1(part), traceparent.as_deref())
+                        .await?;
+                }
                 Ok(())
             }
             Bus::Memory(tx) => {
@@ -199,5 +233,33 @@ impl Feed {
                 Ok(out)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_events::Event;
+
+    #[test]
+    fn a_large_batch_is_split_into_consecutive_ranges() {
+        let b = BatchV1 {
+            producer: "agent".into(),
+            epoch: 3,
+            first_seq: 10,
+            last_seq: 14,
+            correlation_id: None,
+            events: (0..5)
+                .map(|_| Event::TopologyConfigured { levels: vec![] })
+                .collect(),
+        };
+        let parts = split_batch(&b, 2);
+        let ranges: Vec<(u64, u64, usize)> = parts
+            .iter()
+            .map(|p| (p.first_seq, p.last_seq, p.events.len()))
+            .collect();
+        assert_eq!(ranges, vec![(10, 11, 2), (12, 13, 2), (14, 14, 1)]);
+        assert!(parts.iter().all(|p| p.epoch == 3 && p.producer == "agent"));
+        assert_eq!(split_batch(&b, 5).len(), 1);
     }
 }

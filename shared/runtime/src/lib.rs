@@ -20,6 +20,7 @@ mod log;
 mod projection;
 mod service;
 mod shell;
+mod stats;
 mod telemetry;
 
 pub use agent::{AgentConfig, SimulatedAgent};
@@ -32,6 +33,10 @@ pub use service::{
 };
 pub use shell::{
     init_tracing, init_tracing_quiet, serve, shutdown_signal, Connections, CycleArgs, StackArgs,
+};
+pub use stats::{
+    cycle_bucket, cycle_bucket_upper_us, histogram_quantile_us, spawn_stats_writer, CycleHistogram,
+    StatsSnapshot, CYCLE_BUCKETS, STATS_FILE_ENV,
 };
 pub use telemetry::{
     current_traceparent, init_tracing_with, parent_context, set_remote_parent, TelemetryGuard,

@@ -74,6 +74,14 @@ impl Projection {
         self.gap_since
     }
 
+    /// The last sequence missing before the first waiting batch, when
+    /// batches wait behind a gap: reading the log up to it closes the gap.
+    pub fn gap_end(&self) -> Option<u64> {
+        self.ahead
+            .first_key_value()
+            .map(|(&first, _)| first.saturating_sub(1))
+    }
+
     /// The highest sequence known to exist (folded or waiting).
     pub fn known_seq(&self) -> u64 {
         self.ahead
@@ -169,5 +177,39 @@ impl Projection {
             }
         }
         Ok(folded + self.settle(observe))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(first: u64, n: u64) -> Arc<BatchV1> {
+        Arc::new(BatchV1 {
+            producer: "admin".into(),
+            epoch: 1,
+            first_seq: first,
+            last_seq: first + n - 1,
+            correlation_id: None,
+            events: (0..n)
+                .map(|_| Event::TopologyConfigured {
+                    levels: vec!["rack".into()],
+                })
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn a_gap_ends_just_before_the_first_waiting_batch() {
+        let mut p = Projection::new();
+        let mut obs = |_: &State, _: u64, _: &Event, _: bool| {};
+        assert_eq!(p.offer(batch(1, 2), &mut obs), 2);
+        assert_eq!(p.gap_end(), None);
+        assert_eq!(p.offer(batch(7, 3), &mut obs), 0);
+        assert_eq!(p.offer(batch(12, 1), &mut obs), 0);
+        assert_eq!(p.gap_end(), Some(6));
+        assert!(p.gap_since().is_some());
+        assert_eq!(p.offer(batch(3, 4), &mut obs), 7);
+        assert_eq!(p.gap_end(), Some(11));
     }
 }

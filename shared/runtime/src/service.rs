@@ -1,6 +1,13 @@
 //! The decide loop every deciding service runs: consume → fold → decide →
 //! append (fenced) → publish.
 //!
+//! Reading the log: a gap in the bus is filled by reading just the missing
+//! range; the tail is read (a page a poll) only when the bus failed or has
+//! been quiet for a tick (a lost last batch), never while batches keep
+//! coming (under load the log grows about as fast as a follower reads it
+//! back, and a read to the end would keep the service from deciding for
+//! seconds).
+//!
 //! Owns: lease handling (standby until the lease is free, renew, step down
 //! when fenced off), the rebuild of the projection on start, the outbox
 //! relay (republishing this producer's committed batches the bus never
@@ -84,6 +91,13 @@ impl ServiceConfig {
     }
 }
 
+/// A read from the bus or log that takes this much longer than asked is
+/// logged as slow.
+const SLOW: Duration = Duration::from_millis(1000);
+
+/// Most events one poll of the log's tail folds (a gap is read whole).
+const POLL_PAGE: u64 = 10_000;
+
 /// Counters a service keeps, readable while it runs.
 #[derive(Debug, Default)]
 pub struct ServiceStats {
@@ -109,6 +123,13 @@ pub struct ServiceStats {
     pub takeovers: AtomicU64,
     /// Cycle durations (decide + append), microseconds, summed.
     pub cycle_us: AtomicU64,
+    /// Cycle durations (decide + append + fold) of cycles that appended.
+    pub cycle_hist: crate::stats::CycleHistogram,
+    /// When this instance last became ready to decide (lease, rebuild and
+    /// relay done), Unix milliseconds.
+    pub ready_unix_ms: AtomicU64,
+    /// How long the last rebuild took, milliseconds.
+    pub rebuild_ms: AtomicU64,
 }
 
 /// Now as gpusched timestamps count it: milliseconds since the Unix epoch.
@@ -268,9 +289,17 @@ async fn lead<D: Decider>(
         stats.relayed.fetch_add(1, Ordering::Relaxed);
     }
     stats.seq.store(proj.seq(), Ordering::Relaxed);
+    stats
+        .rebuild_ms
+        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    stats.ready_unix_ms.store(wall_clock().0, Ordering::Relaxed);
 
     let mut last_renew = Instant::now();
     let mut last_poll = Instant::now();
+    // When the feed last delivered anything: the log is polled for a lost
+    // tail only once the feed has been quiet for a tick (while batches
+    // keep coming, a lost one shows up as a gap).
+    let mut last_heard = Instant::now();
     let mut last_decide = Instant::now() - cfg.tick;
     let mut dirty = true;
     // The trace context of the latest batch received: the next cycle's
@@ -308,16 +337,29 @@ async fn lead<D: Decider>(
         if let Some(t) = proj.gap_since() {
             wait = wait.min(cfg.gap_wait.saturating_sub(t.elapsed()));
         }
+        let asked = Instant::now();
         let incoming = tokio::select! {
             _ = shutdown.cancelled() => continue,
             r = feed.next(cfg.feed_batch, wait.max(Duration::from_millis(1))) => r,
         };
+        if asked.elapsed() > wait + SLOW {
+            warn!(
+                service = %cfg.service,
+                ms = asked.elapsed().as_millis() as u64,
+                wait_ms = wait.as_millis() as u64,
+                items = incoming.as_ref().map_or(0, Vec::len),
+                "slow read from the bus"
+            );
+        }
         let mut folded = 0usize;
         let mut need_read = false;
         {
             let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
             match incoming {
                 Ok(items) => {
+                    if !items.is_empty() {
+                        last_heard = Instant::now();
+                    }
                     for item in items {
                         match item {
                             Incoming::Batch(b, tp) => {
@@ -342,10 +384,23 @@ async fn lead<D: Decider>(
             let gap_due = proj
                 .gap_since()
                 .is_some_and(|t| t.elapsed() >= cfg.gap_wait);
-            if need_read || gap_due || last_poll.elapsed() >= cfg.tick {
+            let quiet = last_heard.elapsed() >= cfg.tick && last_poll.elapsed() >= cfg.tick;
+            if need_read || quiet {
                 last_poll = Instant::now();
                 stats.gap_reads.fetch_add(1, Ordering::Relaxed);
-                folded += proj.catch_up(log, u64::MAX, &mut obs).await?;
+                // At most a page a poll: the bus, once it speaks again,
+                // delivers the rest faster than the log reads back.
+                let upto = proj.seq().saturating_add(POLL_PAGE);
+                folded += proj.catch_up(log, upto, &mut obs).await?;
+            } else if gap_due {
+                // Read only what is missing: reading to the end of a log
+                // that grows as fast as it is read would starve deciding.
+                stats.gap_reads.fetch_add(1, Ordering::Relaxed);
+                let upto = proj.gap_end().unwrap_or(u64::MAX);
+                folded += proj.catch_up(log, upto, &mut obs).await?;
+            }
+            if asked.elapsed() > wait + SLOW {
+                warn!(service = %cfg.service, ms = asked.elapsed().as_millis() as u64, folded, "slow fold");
             }
         }
         if folded > 0 {
@@ -406,9 +461,9 @@ async fn lead<D: Decider>(
                 stats.seq.store(proj.seq(), Ordering::Relaxed);
                 stats.superseded.store(proj.superseded(), Ordering::Relaxed);
                 dirty = true;
-                stats
-                    .cycle_us
-                    .fetch_add(last_decide.elapsed().as_micros() as u64, Ordering::Relaxed);
+                let us = last_decide.elapsed().as_micros() as u64;
+                stats.cycle_us.fetch_add(us, Ordering::Relaxed);
+                stats.cycle_hist.record(us);
             }
             Err(e) if is_fenced(&e) => {
                 warn!(service = %cfg.service, error = %e, "append fenced off");

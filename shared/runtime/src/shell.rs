@@ -133,15 +133,24 @@ where
     let mut cfg = crate::service::ServiceConfig::new(service, &conns.instance);
     cfg.lease_ttl = conns.lease_ttl;
     tracing::info!(service, instance = %conns.instance, "starting");
-    crate::service::run_service(
-        conns.log,
-        conns.bus,
-        cfg,
-        make,
-        shutdown,
-        std::sync::Arc::default(),
-    )
-    .await
+    let stats = std::sync::Arc::new(crate::service::ServiceStats::default());
+    // Stats leave the process only when asked (load tests, operators).
+    let writer = std::env::var_os(crate::stats::STATS_FILE_ENV).map(|path| {
+        crate::stats::spawn_stats_writer(
+            path.into(),
+            service.to_string(),
+            stats.clone(),
+            Duration::from_millis(200),
+            shutdown.clone(),
+        )
+    });
+    let out =
+        crate::service::run_service(conns.log, conns.bus, cfg, make, shutdown.clone(), stats).await;
+    shutdown.cancel();
+    if let Some(w) = writer {
+        let _ = w.await;
+    }
+    out
 }
 
 /// Cycle limits as the deciding services take them.

@@ -1,0 +1,254 @@
+//! What a run measured, read back from the event log after the run and
+//! from the samples taken during it.
+//!
+//! Owns: the SQL over the run's `events` table (counts per kind and
+//! second, submit→bound latency per job, lost work of preemptions), the
+//! percentiles, and the per-second series the plots draw.
+//!
+//! Must never: write to the log, or read anything but the run's own
+//! database.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use gpusched_store::EventStore;
+use serde::Serialize;
+use sqlx::Row;
+
+/// The `q` quantile (0..=1) of sorted values (nearest rank); 0 when empty.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// p50, p99 and p99.9 of a sample, milliseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Percentiles {
+    /// Sample size.
+    pub n: usize,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Of an unsorted sample.
+    pub fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        Percentiles {
+            n: v.len(),
+            p50: quantile(&v, 0.5),
+            p99: quantile(&v, 0.99),
+            p999: quantile(&v, 0.999),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// One job's way from submission to binding.
+#[derive(Clone, Debug)]
+pub struct JobLatency {
+    /// Tenant.
+    pub tenant: String,
+    /// When it was submitted (log time), seconds since the run's origin.
+    pub submitted_s: f64,
+    /// When it was first bound, seconds since the origin; `None`: never.
+    pub bound_s: Option<f64>,
+}
+
+/// Everything read back from the log.
+#[derive(Clone, Debug, Default)]
+pub struct LogFacts {
+    /// Events per kind.
+    pub kinds: BTreeMap<String, u64>,
+    /// Events per kind and second since the origin.
+    pub per_second: BTreeMap<String, BTreeMap<i64, u64>>,
+    /// Every job.
+    pub jobs: Vec<JobLatency>,
+    /// Sum of `lost_gpu_ms` of `JobPreempted`.
+    pub lost_gpu_ms: u64,
+    /// `JobPreempted` events.
+    pub preempted: u64,
+    /// Jobs with a `JobFinished`.
+    pub finished: u64,
+    /// Last sequence.
+    pub max_seq: i64,
+}
+
+/// Reads the run's facts; times are seconds since `origin_unix_ms`.
+pub async fn read_log(store: &EventStore, origin_unix_ms: u64) -> Result<LogFacts> {
+    let pool = store.pool();
+    let origin = origin_unix_ms as f64 / 1000.0;
+    let mut facts = LogFacts::default();
+    let rows = sqlx::query(
+        "SELECT kind, floor(extract(epoch FROM recorded_at)::float8 - $1)::bigint AS s, count(*) AS n
+         FROM events GROUP BY 1, 2",
+    )
+    .bind(origin)
+    .fetch_all(pool)
+    .await
+    .context("counting events per kind and second")?;
+    for r in rows {
+        let kind: String = r.try_get("kind")?;
+        let s: i64 = r.try_get("s")?;
+        let n: i64 = r.try_get("n")?;
+        let n = u64::try_from(n).unwrap_or(0);
+        *facts.kinds.entry(kind.clone()).or_default() += n;
+        *facts
+            .per_second
+            .entry(kind)
+            .or_default()
+            .entry(s)
+            .or_default() += n;
+    }
+    let rows = sqlx::query(
+        "WITH s AS (SELECT aggregate_id, min(recorded_at) AS t, min(payload->'spec'->>'tenant') AS tenant
+                    FROM events WHERE kind = 'job_submitted' GROUP BY 1),
+              b AS (SELECT aggregate_id, min(recorded_at) AS t
+                    FROM events WHERE kind = 'job_bound' GROUP BY 1)
+         SELECT s.tenant,
+                extract(epoch FROM s.t)::float8 - $1 AS submitted_s,
+                extract(epoch FROM b.t)::float8 - $1 AS bound_s
+         FROM s LEFT JOIN b USING (aggregate_id)",
+    )
+    .bind(origin)
+    .fetch_all(pool)
+    .await
+    .context("reading submit and bind times")?;
+    for r in rows {
+        facts.jobs.push(JobLatency {
+            tenant: r
+                .try_get::<Option<String>, _>("tenant")?
+                .unwrap_or_default(),
+            submitted_s: r.try_get("submitted_s")?,
+            bound_s: r.try_get("bound_s")?,
+        });
+    }
+    let r = sqlx::query(
+        "SELECT coalesce(sum((payload->>'lost_gpu_ms')::bigint), 0)::bigint AS lost, count(*) AS n
+         FROM events WHERE kind = 'job_preempted'",
+    )
+    .fetch_one(pool)
+    .await
+    .context("summing lost work")?;
+    facts.lost_gpu_ms = u64::try_from(r.try_get::<i64, _>("lost")?).unwrap_or(0);
+    facts.preempted = u64::try_from(r.try_get::<i64, _>("n")?).unwrap_or(0);
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT aggregate_id) FROM events WHERE kind = 'job_finished'",
+    )
+    .fetch_one(pool)
+    .await
+    .context("counting finished jobs")?;
+    facts.finished = u64::try_from(n).unwrap_or(0);
+    facts.max_seq = store.max_seq().await.context("reading the last sequence")?;
+    Ok(facts)
+}
+
+impl LogFacts {
+    /// Submit→bound latencies (ms) of the jobs `keep` selects.
+    pub fn latencies(&self, keep: impl Fn(&JobLatency) -> bool) -> Vec<f64> {
+        self.jobs
+            .iter()
+            .filter(|j| keep(j))
+            .filter_map(|j| j.bound_s.map(|b| (b - j.submitted_s) * 1000.0))
+            .collect()
+    }
+
+    /// Count of `kind` per second.
+    pub fn series(&self, kind: &str) -> BTreeMap<i64, u64> {
+        self.per_second.get(kind).cloned().unwrap_or_default()
+    }
+
+    /// All events per second.
+    pub fn events_series(&self) -> BTreeMap<i64, u64> {
+        let mut out = BTreeMap::new();
+        for m in self.per_second.values() {
+            for (s, n) in m {
+                *out.entry(*s).or_default() += n;
+            }
+        }
+        out
+    }
+
+    /// Events of `kinds` between `from_s` and `to_s` (seconds since origin,
+    /// whole-second buckets).
+    pub fn count_between(&self, kinds: Option<&str>, from_s: f64, to_s: f64) -> u64 {
+        let lo = from_s.floor() as i64;
+        let hi = to_s.floor() as i64;
+        let sum = |m: &BTreeMap<i64, u64>| m.range(lo..=hi).map(|(_, n)| *n).sum::<u64>();
+        match kinds {
+            Some(k) => self.per_second.get(k).map_or(0, sum),
+            None => self.per_second.values().map(sum).sum(),
+        }
+    }
+
+    /// p99 of submit→bound latency (ms) of the jobs bound in each second.
+    pub fn p99_by_bound_second(&self) -> BTreeMap<i64, f64> {
+        let mut by: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
+        for j in &self.jobs {
+            if let Some(b) = j.bound_s {
+                by.entry(b.floor() as i64)
+                    .or_default()
+                    .push((b - j.submitted_s) * 1000.0);
+            }
+        }
+        by.into_iter()
+            .map(|(s, v)| (s, Percentiles::of(v).p99))
+            .collect()
+    }
+
+    /// Jobs submitted but not yet bound at the end of each second.
+    pub fn queue_depth(&self) -> BTreeMap<i64, i64> {
+        let sub = self.series("job_submitted");
+        let bound = self.series("job_bound");
+        let (Some(first), Some(last)) = (
+            sub.keys().next().copied(),
+            sub.keys().chain(bound.keys()).max().copied(),
+        ) else {
+            return BTreeMap::new();
+        };
+        let mut depth = 0i64;
+        let mut out = BTreeMap::new();
+        for s in first..=last {
+            depth += sub.get(&s).copied().unwrap_or(0) as i64;
+            depth -= bound.get(&s).copied().unwrap_or(0) as i64;
+            out.insert(s, depth);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let p = Percentiles::of(v);
+        assert_eq!((p.p50, p.p99, p.p999, p.max), (500.0, 990.0, 999.0, 1000.0));
+        assert_eq!(Percentiles::of(vec![]).p99, 0.0);
+    }
+
+    #[test]
+    fn queue_depth_follows_submissions_and_bindings() {
+        let mut f = LogFacts::default();
+        f.per_second.insert(
+            "job_submitted".into(),
+            [(0, 10), (1, 5)].into_iter().collect(),
+        );
+        f.per_second
+            .insert("job_bound".into(), [(1, 8), (2, 7)].into_iter().collect());
+        let d: Vec<i64> = f.queue_depth().into_values().collect();
+        assert_eq!(d, vec![10, 7, 0]);
+        assert_eq!(f.count_between(None, 0.0, 1.9), 23);
+    }
+}

@@ -1,0 +1,209 @@
+//! Service statistics that leave the process: a cycle-time histogram and a
+//! snapshot of [`ServiceStats`] written as JSON to the file named by
+//! `GPUSCHED_STATS_FILE`, for load tests and operators.
+//!
+//! Owns: the histogram's bucket layout, the snapshot's JSON shape and the
+//! writer task (replace-by-rename, so a reader never sees half a file).
+//!
+//! Must never: block or slow the decide loop (counters are relaxed
+//! atomics; the writer runs on its own timer), or decide anything.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::service::{wall_clock, ServiceStats};
+
+/// Environment variable naming the file a service writes its stats to.
+pub const STATS_FILE_ENV: &str = "GPUSCHED_STATS_FILE";
+
+/// Buckets of [`CycleHistogram`]: four per power of two of microseconds,
+/// from 1 µs to about 14 s (the last bucket takes everything longer).
+pub const CYCLE_BUCKETS: usize = 96;
+
+/// Cycle durations in log-spaced buckets (four per doubling, so a
+/// quantile read from it is within 19% of the true value).
+#[derive(Debug)]
+pub struct CycleHistogram {
+    counts: [AtomicU64; CYCLE_BUCKETS],
+}
+
+impl Default for CycleHistogram {
+    fn default() -> Self {
+        CycleHistogram {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// The bucket a duration of `us` microseconds falls in.
+pub fn cycle_bucket(us: u64) -> usize {
+    let us = us.max(1) as f64;
+    ((us.log2() * 4.0).floor() as usize).min(CYCLE_BUCKETS - 1)
+}
+
+/// The upper bound of bucket `i`, microseconds.
+pub fn cycle_bucket_upper_us(i: usize) -> f64 {
+    2f64.powf((i as f64 + 1.0) / 4.0)
+}
+
+impl CycleHistogram {
+    /// Counts one cycle of `us` microseconds.
+    pub fn record(&self, us: u64) {
+        self.counts[cycle_bucket(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts per bucket now.
+    pub fn counts(&self) -> Vec<u64> {
+        self.counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// The `q` quantile (0..=1) of a histogram given as bucket counts, as the
+/// upper bound of its bucket in microseconds; `None` when empty.
+pub fn histogram_quantile_us(counts: &[u64], q: f64) -> Option<f64> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    let mut seen = 0u64;
+    for (i, c) in counts.iter().enumerate() {
+        seen += c;
+        if seen >= rank {
+            return Some(cycle_bucket_upper_us(i));
+        }
+    }
+    Some(cycle_bucket_upper_us(counts.len().saturating_sub(1)))
+}
+
+/// What a service writes to its stats file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsSnapshot {
+    /// Service name.
+    pub service: String,
+    /// Process id.
+    pub pid: u32,
+    /// When written, Unix milliseconds.
+    pub written_unix_ms: u64,
+    /// See [`ServiceStats`].
+    pub cycles: u64,
+    /// Events appended.
+    pub appended: u64,
+    /// Appends made.
+    pub batches: u64,
+    /// Events folded.
+    pub folded: u64,
+    /// Projection sequence.
+    pub seq: u64,
+    /// Events refused by `apply`.
+    pub superseded: u64,
+    /// Log reads for gaps and tails.
+    pub gap_reads: u64,
+    /// Batches republished by the relay.
+    pub relayed: u64,
+    /// Lease takeovers.
+    pub takeovers: u64,
+    /// When this instance last became ready to decide (lease taken,
+    /// projection rebuilt, relay done), Unix milliseconds; 0 before.
+    pub ready_unix_ms: u64,
+    /// How long the last rebuild took, milliseconds.
+    pub rebuild_ms: u64,
+    /// Durations of cycles that appended (decide + append + fold), as
+    /// counts per [`CYCLE_BUCKETS`] bucket.
+    pub cycle_hist: Vec<u64>,
+}
+
+impl StatsSnapshot {
+    /// A snapshot of `stats` now.
+    pub fn of(service: &str, stats: &ServiceStats) -> Self {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            service: service.to_string(),
+            pid: std::process::id(),
+            written_unix_ms: wall_clock().0,
+            cycles: l(&stats.cycles),
+            appended: l(&stats.appended),
+            batches: l(&stats.batches),
+            folded: l(&stats.folded),
+            seq: l(&stats.seq),
+            superseded: l(&stats.superseded),
+            gap_reads: l(&stats.gap_reads),
+            relayed: l(&stats.relayed),
+            takeovers: l(&stats.takeovers),
+            ready_unix_ms: l(&stats.ready_unix_ms),
+            rebuild_ms: l(&stats.rebuild_ms),
+            cycle_hist: stats.cycle_hist.counts(),
+        }
+    }
+}
+
+fn write_snapshot(path: &Path, snap: &StatsSnapshot) -> std::io::Result<()> {
+    let json = serde_json::to_vec(snap).map_err(std::io::Error::other)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, json)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Writes `stats` to `path` every `every` until `shutdown`, and once more
+/// at the end. Write errors are logged once and otherwise ignored.
+pub fn spawn_stats_writer(
+    path: PathBuf,
+    service: String,
+    stats: Arc<ServiceStats>,
+    every: Duration,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut warned = false;
+        loop {
+            let stop = tokio::select! {
+                _ = shutdown.cancelled() => true,
+                _ = tokio::time::sleep(every) => false,
+            };
+            if let Err(e) = write_snapshot(&path, &StatsSnapshot::of(&service, &stats)) {
+                if !warned {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot write stats");
+                    warned = true;
+                }
+            }
+            if stop {
+                return;
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_come_from_bucket_bounds() {
+        let h = CycleHistogram::default();
+        for us in [10u64, 10, 10, 10, 10, 10, 10, 10, 10, 5_000] {
+            h.record(us);
+        }
+        let counts = h.counts();
+        let p50 = histogram_quantile_us(&counts, 0.5).unwrap_or(0.0);
+        assert!((10.0..=12.0).contains(&p50), "p50 {p50}");
+        let p99 = histogram_quantile_us(&counts, 0.99).unwrap_or(0.0);
+        assert!((5_000.0..=6_000.0).contains(&p99), "p99 {p99}");
+        assert_eq!(histogram_quantile_us(&[0; 4], 0.5), None);
+    }
+
+    #[test]
+    fn huge_durations_land_in_the_last_bucket() {
+        assert_eq!(cycle_bucket(u64::MAX), CYCLE_BUCKETS - 1);
+        assert_eq!(cycle_bucket(0), 0);
+    }
+}
