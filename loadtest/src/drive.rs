@@ -115,7 +115,8 @@ impl Client {
     }
 
     /// Submits one job under idempotency key `<run>-<key>`; retries a
-    /// refused or failed request a few times (the key makes that safe).
+    /// failed request a few times and a 429 (back-pressure) until it is
+    /// taken (the key makes both safe).
     pub async fn submit(&self, spec: &JobSpec, key: &str) -> Result<u64> {
         #[derive(Deserialize)]
         struct Reply {
@@ -136,6 +137,13 @@ impl Client {
                 Ok(resp) if resp.status().is_success() => {
                     let reply: Reply = resp.json().await.context("reading the submit reply")?;
                     return Ok(reply.id);
+                }
+                // Back-pressure: the gateway's write queue is full. Not a
+                // failure; wait and send again (the key keeps it safe).
+                Ok(resp) if resp.status() == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    attempt -= 1;
+                    continue;
                 }
                 Ok(resp) => {
                     let status = resp.status();
