@@ -154,19 +154,21 @@ impl Client {
     }
 
     /// Sends and returns (status, JSON body) for 2xx; maps the rest to exits.
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value)> {
-        let resp = req.send().await.map_err(|e| {
+    /// Sends and returns the response; an unreachable server is exit 6.
+    async fn open(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        req.send().await.map_err(|e| {
             fail(
                 exit::UNAVAILABLE,
                 format!("cannot reach {}: {e}", self.base),
             )
-        })?;
+        })
+    }
+
+    /// The error a non-2xx response stands for, with its exit code.
+    async fn refusal(&self, resp: reqwest::Response) -> anyhow::Error {
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if (200..300).contains(&status) {
-            return Ok((status, body));
-        }
         let msg = body
             .pointer("/error/message")
             .and_then(Value::as_str)
@@ -184,7 +186,21 @@ impl Client {
         } else {
             ""
         };
-        Err(fail(code, format!("{status}: {msg}{hint}")))
+        fail(code, format!("{status}: {msg}{hint}"))
+    }
+
+    /// Sends and returns (status, JSON body) for 2xx; maps the rest to exits.
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, Value)> {
+        let resp = self.open(req).await?;
+        if !resp.status().is_success() {
+            return Err(self.refusal(resp).await);
+        }
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
     }
 
     async fn get(&self, path: &str) -> Result<Value> {
@@ -769,18 +785,9 @@ pub async fn watch(a: WatchArgs) -> Result<()> {
         let req = c
             .request(reqwest::Method::GET, "/v1/events")
             .query(&[("follow", "true".to_string()), ("from", after.to_string())]);
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| fail(exit::UNAVAILABLE, format!("cannot reach {}: {e}", c.base)))?;
+        let resp = c.open(req).await?;
         if !resp.status().is_success() {
-            return c
-                .send(
-                    c.request(reqwest::Method::GET, "/v1/events")
-                        .query(&[("from", after)]),
-                )
-                .await
-                .map(|_| ());
+            return Err(c.refusal(resp).await);
         }
         let mut stream = resp.bytes_stream();
         let mut buf = String::new();

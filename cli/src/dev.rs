@@ -19,7 +19,6 @@ use gpusched_runtime::{
     ServiceConfig, ServiceStats, SimulatedAgent,
 };
 use gpusched_sim::workload::{self, SyntheticOptions};
-use gpusched_sim::WorkloadKind;
 use gpusched_store::EventStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
@@ -226,17 +225,10 @@ async fn dev(args: DevArgs) -> Result<()> {
         gpus_per_node: cluster.gpus_per_node,
     });
     let specs: Vec<_> = w
-        .items
-        .into_iter()
-        .filter_map(|i| match i.kind {
-            WorkloadKind::Submit {
-                mut spec,
-                duration_s,
-            } => {
-                spec.max_runtime_s = Some(duration_s);
-                Some(spec)
-            }
-            WorkloadKind::NodeLost { .. } => None,
+        .into_submissions()
+        .map(|(_, mut spec, duration_s)| {
+            spec.max_runtime_s = Some(duration_s);
+            spec
         })
         .collect();
     let total = specs.len() as u64;

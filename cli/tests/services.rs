@@ -13,7 +13,7 @@ use gpusched_bus::async_nats;
 use gpusched_events::Event;
 use gpusched_model::JobSpec;
 use gpusched_sim::workload::{self, SyntheticOptions};
-use gpusched_sim::{Cluster, WorkloadKind};
+use gpusched_sim::Cluster;
 use gpusched_store::{NewEvent, StoreError, Until};
 use serde::Deserialize;
 use stack::Stack;
@@ -42,17 +42,10 @@ fn jobs(n: usize, seed: u64) -> Vec<JobSpec> {
         arrival_rate_per_s: 0.0,
         gpus_per_node: cluster.gpus_per_node,
     });
-    w.items
-        .into_iter()
-        .filter_map(|i| match i.kind {
-            WorkloadKind::Submit {
-                mut spec,
-                duration_s,
-            } => {
-                spec.max_runtime_s = Some(60 + duration_s % 180);
-                Some(spec)
-            }
-            WorkloadKind::NodeLost { .. } => None,
+    w.into_submissions()
+        .map(|(_, mut spec, duration_s)| {
+            spec.max_runtime_s = Some(60 + duration_s % 180);
+            spec
         })
         .collect()
 }

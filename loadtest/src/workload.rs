@@ -16,7 +16,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use gpusched_model::{CheckpointPolicy, JobSpec};
 use gpusched_sim::workload::{self, ItpOptions, SyntheticOptions};
-use gpusched_sim::WorkloadKind;
 
 /// Nodes per block and blocks per rack of the generated clusters (the
 /// shape of `docs/clusters/1250x8.toml`).
@@ -104,21 +103,14 @@ pub struct Planned {
 
 fn submits(w: gpusched_sim::Workload, time_scale: f64) -> Vec<Planned> {
     let scale = if time_scale > 0.0 { time_scale } else { 1.0 };
-    w.items
-        .into_iter()
-        .filter_map(|i| match i.kind {
-            WorkloadKind::Submit {
-                mut spec,
-                duration_s,
-            } => {
-                // The agent runs a job for its declared runtime.
-                spec.max_runtime_s = Some(duration_s.max(1));
-                Some(Planned {
-                    at: Duration::from_secs_f64(i.at.0 as f64 / 1000.0 / scale),
-                    spec,
-                })
+    w.into_submissions()
+        .map(|(at, mut spec, duration_s)| {
+            // The agent runs a job for its declared runtime.
+            spec.max_runtime_s = Some(duration_s.max(1));
+            Planned {
+                at: Duration::from_secs_f64(at.0 as f64 / 1000.0 / scale),
+                spec,
             }
-            WorkloadKind::NodeLost { .. } => None,
         })
         .collect()
 }

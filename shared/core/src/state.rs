@@ -901,19 +901,24 @@ impl State {
 
     /// Returns a job to its tenant's queue after losing its GPUs; it will
     /// resume from its last complete checkpoint, on that checkpoint's flavor.
+    /// A job out of its queue and off its GPUs ends as cancelled: it wants
+    /// no preemption, holds nothing for itself, and has no reservation.
+    fn end_cancelled(&mut self, id: JobId, at: Timestamp) -> Result<(), ApplyError> {
+        let qkey = self.job_mut(id)?.queue_key();
+        self.wants_preemption.remove(&qkey);
+        self.drop_hold(id);
+        self.release_reservation(id);
+        self.set_phase(id, Phase::Cancelled);
+        self.job_mut(id)?.ended_at = Some(at);
+        Ok(())
+    }
+
     fn requeue(&mut self, id: JobId, lost_gpu_ms: u64, at: Timestamp) -> Result<(), ApplyError> {
         self.release(id);
         if self.job(id).is_some_and(|j| j.cancel_requested.is_some()) {
             // Its user cancelled it: it leaves instead of queueing again.
-            let qkey = self.job_mut(id)?.queue_key();
-            self.wants_preemption.remove(&qkey);
-            self.drop_hold(id);
-            self.release_reservation(id);
-            self.set_phase(id, Phase::Cancelled);
-            let j = self.job_mut(id)?;
-            j.lost_gpu_ms += lost_gpu_ms;
-            j.ended_at = Some(at);
-            return Ok(());
+            self.job_mut(id)?.lost_gpu_ms += lost_gpu_ms;
+            return self.end_cancelled(id, at);
         }
         self.set_phase(id, Phase::Queued);
         let j = self.job_mut(id)?;
@@ -1385,7 +1390,6 @@ impl State {
                     ],
                     ev.kind(),
                 )?;
-                let qkey = j.queue_key();
                 match j.phase {
                     Phase::Submitted => {
                         let order = j.order;
@@ -1401,11 +1405,7 @@ impl State {
                     }
                     _ => self.release(*job),
                 }
-                self.wants_preemption.remove(&qkey);
-                self.drop_hold(*job);
-                self.release_reservation(*job);
-                self.set_phase(*job, Phase::Cancelled);
-                self.job_mut(*job)?.ended_at = Some(*at);
+                self.end_cancelled(*job, *at)?;
             }
             Event::JobCancelRequested { job, at } => {
                 let j = self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;

@@ -42,6 +42,18 @@ pub struct Workload {
     pub description: String,
 }
 
+impl Workload {
+    /// The submissions in time order, as (when, spec, true duration in
+    /// seconds); lost nodes are left out. For drivers that submit through
+    /// the API and let a simulated agent run each job.
+    pub fn into_submissions(self) -> impl Iterator<Item = (Timestamp, JobSpec, u64)> {
+        self.items.into_iter().filter_map(|i| match i.kind {
+            WorkloadKind::Submit { spec, duration_s } => Some((i.at, spec, duration_s)),
+            WorkloadKind::NodeLost { .. } => None,
+        })
+    }
+}
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
