@@ -75,7 +75,7 @@ pub struct Args {
     #[arg(long)]
     pub time_scale: Option<f64>,
     /// Trace file (ITP CSV: job_id,submission_time,duration,num_gpu).
-    #[arg(long, default_value = "../shared/traces/itp/cluster04.csv")]
+    #[arg(long, default_value = "data/traces/itp/cluster04.csv")]
     pub trace: PathBuf,
     /// Reports (report.json, report.md, *.svg) and service logs go here.
     #[arg(long, default_value = "loadtest-report")]

@@ -142,6 +142,18 @@ pub fn total_gpus(jobs: &[Planned]) -> u64 {
         .sum()
 }
 
+/// A relative path that does not exist from the current directory is taken
+/// from the repository root instead, so the default trace
+/// (`data/traces/itp/…`, shipped with the repository) is found from anywhere.
+pub fn repo_path(path: &Path) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if path.is_relative() && !path.exists() && root.join(path).exists() {
+        root.join(path)
+    } else {
+        path.to_path_buf()
+    }
+}
+
 /// An ITP trace's jobs, submission times divided by `time_scale`.
 pub fn trace(
     path: &Path,
@@ -150,6 +162,7 @@ pub fn trace(
     max_jobs: Option<usize>,
     time_scale: f64,
 ) -> Result<(Vec<Planned>, String)> {
+    let path = &repo_path(path);
     let w = workload::load_itp(
         path,
         &ItpOptions {
@@ -190,6 +203,10 @@ pub fn reclaim(
             duration_s: 60,
         }),
         max_runtime_s: Some(runtime_s),
+        command: Vec::new(),
+        env: Default::default(),
+        working_dir: None,
+        checkpoint_signal: None,
     };
     let fill = (0..nodes)
         .map(|_| job(RECLAIM_BORROWER, runtime_s))

@@ -8,6 +8,9 @@
 use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp, LEVEL_ANY, LEVEL_NODE};
 
 /// One thing that happens to the simulated cluster from outside.
+// Nearly every item is a submission: boxing the spec would add an
+// allocation per job to spare the rare node loss a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum WorkloadKind {
     /// A user submits a job that, once started, runs `duration_s` seconds.
@@ -386,6 +389,10 @@ impl NativeRow {
             preemptible,
             checkpoint,
             max_runtime_s,
+            command: Vec::new(),
+            env: Default::default(),
+            working_dir: None,
+            checkpoint_signal: None,
         };
         spec.check_fields().map_err(|e| {
             // The model names the checkpoint interval `checkpoint.interval_s`;
@@ -563,6 +570,10 @@ pub fn parse_itp<R: Read>(
             preemptible: true,
             checkpoint: derived_checkpoint(duration_s),
             max_runtime_s: None,
+            command: Vec::new(),
+            env: Default::default(),
+            working_dir: None,
+            checkpoint_signal: None,
         };
         spec.check_fields()
             .map_err(|e| ctx.invalid("num_gpu", format!("derived {}", e)))?;
@@ -699,6 +710,10 @@ pub fn synthetic(opts: &SyntheticOptions) -> Workload {
             preemptible,
             checkpoint: derived_checkpoint(duration_s),
             max_runtime_s,
+            command: Vec::new(),
+            env: Default::default(),
+            working_dir: None,
+            checkpoint_signal: None,
         };
         items.push(WorkloadItem {
             at: Timestamp((t_s * 1000.0).round() as u64),
@@ -1054,11 +1069,11 @@ mod tests {
     fn itp_real_trace_cluster10() {
         let path = Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/traces/itp/cluster10.csv"
+            "/../../data/traces/itp/cluster10.csv"
         ));
         assert!(
             path.exists(),
-            "ITP trace missing at {}: the hand-out traces must sit in ../shared/traces next to the repository",
+            "ITP trace missing at {}: it ships in the repository under data/traces/itp",
             path.display()
         );
         let opts = ItpOptions {

@@ -93,8 +93,7 @@ fn node_loss_requeues_and_the_job_finishes_later() {
 
 #[test]
 fn itp_trace_runs_end_to_end() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/itp/cluster10.csv");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/traces/itp/cluster10.csv");
     assert!(path.exists(), "ITP trace missing at {}", path.display());
     let c = Cluster::load(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/clusters/1250x8.toml"),
