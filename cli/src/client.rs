@@ -1,11 +1,14 @@
 //! The API client commands: submit, get, list, cancel, explain, queues,
 //! nodes, watch, and token helpers.
 //!
-//! Owns: turning flags and job spec files into API requests, tables for
-//! people and JSON for scripts, and exit codes by outcome. Must never:
-//! judge a job itself (the server validates and names the field), or print
-//! a token except where `token new` is asked to make one.
+//! Owns: turning flags and job spec files into API requests (a spec is
+//! checked first, see `spec`), tables for people and JSON for scripts, the
+//! server's refusals told with the flag that sets the field, and exit
+//! codes by outcome. Must never: judge what needs the cluster (tenants,
+//! flavors, fit: the server does and names the field), or print a token
+//! except where `token new` is asked to make one.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,6 +17,9 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
+
+use crate::nodes;
+use crate::spec::{self, SpecFile, SpecFlags};
 
 /// Exit codes of the client commands (also in `gpusched --help` and
 /// docs/api.md).
@@ -174,6 +180,10 @@ impl Client {
             .and_then(Value::as_str)
             .map(str::to_string)
             .unwrap_or_else(|| body.to_string());
+        let msg = match body.pointer("/error/field").and_then(Value::as_str) {
+            Some(field) => with_flag(field, &msg),
+            None => msg,
+        };
         let code = match status {
             401 | 403 => exit::AUTH,
             404 => exit::NOT_FOUND,
@@ -212,6 +222,18 @@ impl Client {
     }
 }
 
+/// A refusal's message with the field told as the flag that sets it
+/// (`gpus_per_worker: must be at least 1` → `--gpus: must be at least 1`).
+fn with_flag(field: &str, msg: &str) -> String {
+    match spec::flag_for(field) {
+        Some(flag) => {
+            let rule = msg.strip_prefix(&format!("{field}: ")).unwrap_or(msg);
+            format!("{flag}: {rule}")
+        }
+        None => msg.to_string(),
+    }
+}
+
 /// `gpusched submit`.
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
@@ -219,36 +241,8 @@ pub struct SubmitArgs {
     /// given next to it override its fields.
     #[arg(long, short = 'f')]
     file: Option<PathBuf>,
-    /// Tenant (queue).
-    #[arg(long, short = 't')]
-    tenant: Option<String>,
-    /// Workers in the gang (all start together or none does).
-    #[arg(long, short = 'N')]
-    workers: Option<u32>,
-    /// GPUs per worker.
-    #[arg(long, short = 'G')]
-    gpus: Option<u32>,
-    /// Acceptable GPU flavor, most preferred first (repeatable).
-    #[arg(long = "flavor")]
-    flavors: Vec<String>,
-    /// Topology level the gang must fit in: node, block, rack or any.
-    #[arg(long)]
-    topology: Option<String>,
-    /// Priority within the tenant (higher first).
-    #[arg(long, allow_negative_numbers = true)]
-    priority: Option<i32>,
-    /// Never preempt this job.
-    #[arg(long)]
-    no_preempt: bool,
-    /// Seconds between checkpoints (the job checkpoints).
-    #[arg(long, requires = "checkpoint_duration")]
-    checkpoint_interval: Option<u64>,
-    /// Seconds one checkpoint takes.
-    #[arg(long, requires = "checkpoint_interval")]
-    checkpoint_duration: Option<u64>,
-    /// Declared maximum runtime, seconds.
-    #[arg(long)]
-    max_runtime: Option<u64>,
+    #[command(flatten)]
+    spec: SpecFlags,
     /// Idempotency key: submitting again with it returns the same job.
     #[arg(long)]
     key: Option<String>,
@@ -256,88 +250,23 @@ pub struct SubmitArgs {
     conn: Conn,
 }
 
-fn read_spec_file(path: &Path) -> Result<Value> {
-    let bad =
-        |e: &dyn std::fmt::Display| fail(exit::USAGE, format!("--file {}: {e}", path.display()));
-    let text = if path == Path::new("-") {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|e| bad(&e))?;
-        s
-    } else {
-        std::fs::read_to_string(path).map_err(|e| bad(&e))?
-    };
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("json")
-        .to_ascii_lowercase();
-    let v: Value = match ext.as_str() {
-        "toml" => toml::from_str(&text).map_err(|e| bad(&e))?,
-        "yaml" | "yml" => serde_yaml_ng::from_str(&text).map_err(|e| bad(&e))?,
-        "json" => serde_json::from_str(&text).map_err(|e| bad(&e))?,
-        other => {
-            return Err(fail(
-                exit::USAGE,
-                format!("--file: unknown extension .{other}; use .toml, .yaml, .yml or .json"),
-            ))
-        }
-    };
-    if !v.is_object() {
-        return Err(bad(&"must be a table/object of job fields"));
-    }
-    Ok(v)
-}
-
-/// The request body: the file's fields, then the flags over them.
+/// The request body: the spec file's fields with the flags over them,
+/// checked here first; a bad one is a usage error (exit 2).
 fn spec_body(a: &SubmitArgs) -> Result<Value> {
-    let mut v = match &a.file {
-        Some(p) => read_spec_file(p)?,
-        None => json!({}),
-    };
-    let o = v
-        .as_object_mut()
-        .ok_or_else(|| fail(exit::USAGE, "--file: must hold an object"))?;
-    if let Some(t) = &a.tenant {
-        o.insert("tenant".into(), json!(t));
-    }
-    if let Some(w) = a.workers {
-        o.insert("workers".into(), json!(w));
-    }
-    if let Some(g) = a.gpus {
-        o.insert("gpus_per_worker".into(), json!(g));
-    }
-    if !a.flavors.is_empty() {
-        o.insert("flavors".into(), json!(a.flavors));
-    }
-    if let Some(t) = &a.topology {
-        o.insert("topology".into(), json!(t));
-    }
-    if let Some(p) = a.priority {
-        o.insert("priority".into(), json!(p));
-    }
-    if a.no_preempt {
-        o.insert("preemptible".into(), json!(false));
-    }
-    if let (Some(i), Some(d)) = (a.checkpoint_interval, a.checkpoint_duration) {
-        o.insert(
-            "checkpoint".into(),
-            json!({"interval_s": i, "duration_s": d}),
-        );
-    }
-    if let Some(m) = a.max_runtime {
-        o.insert("max_runtime_s".into(), json!(m));
-    }
-    if a.file.is_none() {
-        // Flags alone: one worker unless told; the server names what is missing.
-        o.entry("workers").or_insert(json!(1));
-    }
-    Ok(v)
+    let usage = |e: spec::BadSpec| fail(exit::USAGE, e.0);
+    let file = a
+        .file
+        .as_deref()
+        .map(SpecFile::read)
+        .transpose()
+        .map_err(usage)?;
+    spec::body(file.as_ref(), &a.spec).map_err(usage)
 }
 
 /// `gpusched submit`.
 pub async fn submit(a: SubmitArgs) -> Result<()> {
-    let c = a.conn.client()?;
     let body = spec_body(&a)?;
+    let c = a.conn.client()?;
     let mut req = c.request(reqwest::Method::POST, "/v1/jobs").json(&body);
     if let Some(k) = &a.key {
         req = req.header("Idempotency-Key", k);
@@ -385,7 +314,7 @@ fn duration_text(ms: u64) -> String {
 }
 
 /// A plain left-aligned table.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -413,15 +342,148 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn job_row(j: &Value) -> Vec<String> {
-    let spec = j.get("spec").cloned().unwrap_or(Value::Null);
-    let time = match (
+/// How long a job's current or last run took: to now while it runs, to
+/// its end once ended; `0:00` if it has not started (again).
+fn run_time(j: &Value, now: u64) -> String {
+    match (
         j.get("started_at_ms").and_then(Value::as_u64),
         j.get("ended_at_ms").and_then(Value::as_u64),
     ) {
-        (Some(st), None) => duration_text(now_ms().saturating_sub(st)),
-        _ => "0:00".to_string(),
+        (Some(st), None) => duration_text(now.saturating_sub(st)),
+        (Some(st), Some(end)) => duration_text(end.saturating_sub(st)),
+        (None, _) => "0:00".to_string(),
+    }
+}
+
+/// Each tenant's flavors from `GET /v1/queues`, in its order.
+type TenantFlavors = BTreeMap<String, Vec<String>>;
+
+/// Whether a job ran and `GET /v1/jobs` no longer says on which flavor:
+/// the gateway reports `flavor` only while the job holds quota.
+fn flavor_gone(j: &Value) -> bool {
+    let held = ["flavor", "last_flavor"]
+        .iter()
+        .any(|k| j.get(*k).and_then(Value::as_str).is_some());
+    !held && u(j, "starts") > 0
+}
+
+/// The flavor a job holds, or last ran on once it let go: `flavor` while it
+/// holds quota (`last_flavor` where the gateway says it); after, the one
+/// flavor its spec allowed, or its tenant's only flavor when the spec named
+/// none. `-` when it never ran or that does not settle it (then
+/// [`Flavors`] reads the job's log).
+fn job_flavor(j: &Value, tenants: &TenantFlavors) -> String {
+    for k in ["flavor", "last_flavor"] {
+        if let Some(f) = j.get(k).and_then(Value::as_str) {
+            return f.to_string();
+        }
+    }
+    if !flavor_gone(j) {
+        return "-".to_string();
+    }
+    let asked: Vec<&str> = j
+        .pointer("/spec/flavors")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let only = match asked.as_slice() {
+        [one] => Some(one.to_string()),
+        [] => match tenants.get(s(j, "tenant")).map(Vec::as_slice) {
+            Some([one]) => Some(one.clone()),
+            _ => None,
+        },
+        _ => None,
     };
+    only.unwrap_or_else(|| "-".to_string())
+}
+
+/// Each tenant's flavors, only when a job's flavor needs them to be told
+/// (best effort: without them the column says `-`).
+async fn tenant_flavors(c: &Client, jobs: &[Value]) -> TenantFlavors {
+    let needed = jobs.iter().any(|j| {
+        flavor_gone(j)
+            && j.pointer("/spec/flavors")
+                .and_then(Value::as_array)
+                .is_none_or(|a| a.is_empty())
+    });
+    let mut out = TenantFlavors::new();
+    if !needed {
+        return out;
+    }
+    if let Ok(v) = c.get("/v1/queues").await {
+        for q in v
+            .get("queues")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let f = out.entry(s(q, "tenant").to_string()).or_default();
+            if !f.iter().any(|x| x == s(q, "flavor")) {
+                f.push(s(q, "flavor").to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The flavor of the last `job_admitted` in a job's events
+/// (`GET /v1/jobs/{id}/events`).
+fn last_admitted_flavor(events: &Value) -> Option<String> {
+    events
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|e| s(e, "kind") == "job_admitted")
+        .and_then(|e| e.pointer("/event/flavor"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// At most this many jobs' logs are read per table to tell the flavor of
+/// ended jobs the other clues do not settle (the rest show `-`).
+const FLAVOR_LOOKUPS: usize = 100;
+
+/// What tells ended jobs' flavors: each tenant's flavors, and the flavor
+/// read from the log of jobs those do not settle.
+struct Flavors {
+    tenants: TenantFlavors,
+    logged: BTreeMap<u64, String>,
+}
+
+impl Flavors {
+    /// Best effort: a failed read leaves the column `-`.
+    async fn read(c: &Client, jobs: &[Value]) -> Flavors {
+        let tenants = tenant_flavors(c, jobs).await;
+        let ids: Vec<u64> = jobs
+            .iter()
+            .filter(|j| flavor_gone(j) && job_flavor(j, &tenants) == "-")
+            .map(|j| u(j, "id"))
+            .take(FLAVOR_LOOKUPS)
+            .collect();
+        let logged = futures::stream::iter(ids)
+            .map(|id| async move {
+                let events = c.get(&format!("/v1/jobs/{id}/events")).await.ok()?;
+                Some((id, last_admitted_flavor(&events)?))
+            })
+            .buffer_unordered(8)
+            .filter_map(|x| async move { x })
+            .collect()
+            .await;
+        Flavors { tenants, logged }
+    }
+
+    fn of(&self, j: &Value) -> String {
+        let f = job_flavor(j, &self.tenants);
+        if f != "-" {
+            return f;
+        }
+        self.logged.get(&u(j, "id")).cloned().unwrap_or(f)
+    }
+}
+
+fn job_row(j: &Value, flavors: &Flavors, now: u64) -> Vec<String> {
+    let spec = j.get("spec").cloned().unwrap_or(Value::Null);
+    let time = run_time(j, now);
     let where_ = {
         let nodes: Vec<&str> = j
             .get("nodes")
@@ -446,10 +508,7 @@ fn job_row(j: &Value) -> Vec<String> {
         s(j, "state").to_uppercase(),
         u(j, "gpus").to_string(),
         format!("{}x{}", u(&spec, "workers"), u(&spec, "gpus_per_worker")),
-        j.get("flavor")
-            .and_then(Value::as_str)
-            .unwrap_or("-")
-            .to_string(),
+        flavors.of(j),
         s(&spec, "topology").to_string(),
         time,
         where_,
@@ -484,7 +543,12 @@ pub async fn get(a: JobArg) -> Result<()> {
     if c.json {
         c.print_json(&v);
     } else {
-        say!("{}", table(&JOB_HEADER, &[job_row(&v)]));
+        let v = [v];
+        let flavors = Flavors::read(&c, &v).await;
+        say!(
+            "{}",
+            table(&JOB_HEADER, &[job_row(&v[0], &flavors, now_ms())])
+        );
     }
     Ok(())
 }
@@ -539,7 +603,9 @@ pub async fn list(a: ListArgs) -> Result<()> {
     if c.json {
         c.print_json(&Value::Array(jobs));
     } else {
-        let rows: Vec<Vec<String>> = jobs.iter().map(job_row).collect();
+        let flavors = Flavors::read(&c, &jobs).await;
+        let now = now_ms();
+        let rows: Vec<Vec<String>> = jobs.iter().map(|j| job_row(j, &flavors, now)).collect();
         say!("{}", table(&JOB_HEADER, &rows));
     }
     Ok(())
@@ -623,7 +689,7 @@ pub async fn explain(a: JobArg) -> Result<()> {
     Ok(())
 }
 
-/// `gpusched queues` / `nodes`.
+/// `gpusched queues`.
 #[derive(clap::Args, Debug)]
 pub struct Plain {
     #[command(flatten)]
@@ -689,18 +755,52 @@ pub async fn queues(a: Plain) -> Result<()> {
 }
 
 /// `gpusched nodes`.
-pub async fn nodes(a: Plain) -> Result<()> {
+#[derive(clap::Args, Debug)]
+pub struct NodesArgs {
+    /// List every node (after the filters) instead of the summary.
+    #[arg(long, short = 'l')]
+    all: bool,
+    /// Only nodes of this flavor (repeatable, or comma-separated).
+    #[arg(long = "flavor", value_delimiter = ',')]
+    flavors: Vec<String>,
+    /// Only nodes in this status (repeatable, or comma-separated).
+    #[arg(long = "state", value_enum, value_delimiter = ',')]
+    states: Vec<nodes::Status>,
+    /// Topology levels that name a domain in the summary: 1 the outermost
+    /// (racks), 2 the next (rack/block), ...
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    depth: u8,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+/// `gpusched nodes`: a summary by flavor and by topology domain (nodes,
+/// GPUs, used, free on ready nodes, nodes per status); `-l` for every node.
+/// `--json` gives `{"nodes": [...], "summary": {...}}`, both filtered.
+pub async fn nodes(a: NodesArgs) -> Result<()> {
     let c = a.conn.client()?;
     let v = c.get("/v1/nodes").await?;
-    if c.json {
-        c.print_json(&v);
-        return Ok(());
-    }
-    let rows: Vec<Vec<String>> = v
+    let all: Vec<Value> = v
         .get("nodes")
         .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    nodes::check_flavors(&all, &a.flavors).map_err(|e| fail(exit::USAGE, e))?;
+    let kept: Vec<Value> = all
         .into_iter()
-        .flatten()
+        .filter(|n| nodes::keep(n, &a.flavors, &a.states))
+        .collect();
+    let summary = nodes::summarize(&kept, usize::from(a.depth));
+    if c.json {
+        c.print_json(&json!({"nodes": kept, "summary": summary.to_json()}));
+        return Ok(());
+    }
+    if !a.all {
+        say!("{}", summary.to_text());
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = kept
+        .iter()
         .map(|n| {
             let path: Vec<&str> = n
                 .get("path")
@@ -875,4 +975,59 @@ pub fn token(cmd: TokenCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_flag() {
+        assert_eq!(
+            with_flag("gpus_per_worker", "gpus_per_worker: must be at least 1"),
+            "--gpus: must be at least 1"
+        );
+        assert_eq!(
+            with_flag("tenant", "unknown tenant \"x\""),
+            "--tenant: unknown tenant \"x\""
+        );
+        assert_eq!(
+            with_flag("id", "id: must be a job number"),
+            "id: must be a job number"
+        );
+    }
+
+    #[test]
+    fn ended_jobs_show_their_run_and_flavor() {
+        let ended = json!({"tenant": "speech", "starts": 1, "flavor": null,
+            "started_at_ms": 1_000, "ended_at_ms": 3_726_000,
+            "spec": {"flavors": []}});
+        assert_eq!(run_time(&ended, 99_999_999), "1:02:05");
+        let running = json!({"started_at_ms": 1_000, "ended_at_ms": null});
+        assert_eq!(run_time(&running, 61_000), "1:00");
+        assert_eq!(run_time(&json!({"started_at_ms": null}), 5_000), "0:00");
+
+        let mut tenants = TenantFlavors::new();
+        assert_eq!(job_flavor(&ended, &tenants), "-");
+        tenants.insert("speech".into(), vec!["a100".into()]);
+        assert_eq!(job_flavor(&ended, &tenants), "a100");
+        tenants.insert("speech".into(), vec!["a100".into(), "h100".into()]);
+        assert_eq!(job_flavor(&ended, &tenants), "-");
+        let asked = json!({"tenant": "speech", "starts": 1, "spec": {"flavors": ["h100"]}});
+        assert_eq!(job_flavor(&asked, &tenants), "h100");
+        let holding = json!({"flavor": "b200", "starts": 1, "spec": {"flavors": ["h100"]}});
+        assert_eq!(job_flavor(&holding, &tenants), "b200");
+        let never_ran = json!({"tenant": "speech", "starts": 0, "spec": {"flavors": ["h100"]}});
+        assert_eq!(job_flavor(&never_ran, &tenants), "-");
+        // From the log: the last admission's flavor (a requeued job may
+        // have been admitted twice).
+        let events = json!([
+            {"seq": 1, "kind": "job_submitted", "event": {"type": "job_submitted"}},
+            {"seq": 4, "kind": "job_admitted", "event": {"type": "job_admitted", "flavor": "h100"}},
+            {"seq": 9, "kind": "job_admitted", "event": {"type": "job_admitted", "flavor": "a100"}},
+            {"seq": 12, "kind": "job_finished", "event": {"type": "job_finished"}},
+        ]);
+        assert_eq!(last_admitted_flavor(&events), Some("a100".into()));
+        assert_eq!(last_admitted_flavor(&json!([])), None);
+    }
 }

@@ -6,6 +6,7 @@
 //! the log and the bus handles differ. `--database-url` and `--nats-url`
 //! put the same run on real Postgres and NATS.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -22,6 +23,9 @@ use gpusched_sim::workload::{self, SyntheticOptions};
 use gpusched_store::EventStore;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
+
+/// How often a run whose stderr is not a terminal prints a progress line.
+const PROGRESS_LINE_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
 pub struct DevArgs {
@@ -246,7 +250,15 @@ async fn dev(args: DevArgs) -> Result<()> {
     }
     let submit_s = submit_started.elapsed().as_secs_f64();
 
-    let bar = ProgressBar::new(total);
+    // A bar for a person at a terminal; a plain line every few seconds for
+    // a log or a pipe (indicatif draws nothing there).
+    let interactive = std::io::stderr().is_terminal();
+    let bar = if interactive {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut last_line: Option<Instant> = None;
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs ended  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -277,6 +289,13 @@ async fn dev(args: DevArgs) -> Result<()> {
         bar.set_position(done);
         bar.set_length(total.max(p_total(&gw)));
         bar.set_message(format!("running {running}, waiting {waiting}"));
+        if !interactive && last_line.is_none_or(|t| t.elapsed() >= PROGRESS_LINE_EVERY) {
+            eprintln!(
+                "{:>7.1} s  {done}/{total} jobs ended, running {running}, waiting {waiting}",
+                started.elapsed().as_secs_f64()
+            );
+            last_line = Some(Instant::now());
+        }
         if shutdown.is_cancelled() || (args.exit_when_done && done >= total) {
             break;
         }

@@ -6,6 +6,8 @@
 
 mod client;
 mod dev;
+mod nodes;
+mod spec;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -48,8 +50,8 @@ enum Command {
     Explain(client::JobArg),
     /// Quota and use per tenant and flavor.
     Queues(client::Plain),
-    /// Nodes: flavor, topology, status, use.
-    Nodes(client::Plain),
+    /// Nodes summed up by flavor and topology (GPUs, free, status); -l lists every node.
+    Nodes(client::NodesArgs),
     /// Follow the event log live.
     Watch(client::WatchArgs),
     /// Make API tokens and their hashes for a tokens file.

@@ -1,7 +1,8 @@
 //! The `gpusched` client commands against a live stack: `gpusched dev`
 //! (every service in one process, simulated nodes) serving the API on a
-//! free port. Submit, list, get, explain, cancel, watch, queues, nodes,
-//! and the documented exit codes.
+//! free port. Submit, list, get, explain, cancel, watch, queues, nodes
+//! (summary and filters), spec files checked before any request, and the
+//! documented exit codes.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write;
@@ -79,7 +80,13 @@ impl Dev {
             std::thread::sleep(Duration::from_millis(100));
         }
         // The simulated nodes register shortly after start.
-        while !String::from_utf8_lossy(&dev.run(ADMIN, &["nodes"]).stdout).contains("READY") {
+        let ready = |o: Output| {
+            serde_json::from_slice::<serde_json::Value>(&o.stdout)
+                .ok()
+                .and_then(|v| v["summary"]["total"]["ready"].as_u64())
+                .unwrap_or(0)
+        };
+        while ready(dev.run(ADMIN, &["nodes", "--json"])) == 0 {
             assert!(Instant::now() < deadline, "no nodes registered");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -241,7 +248,7 @@ fn submit_list_explain_cancel_and_watch_a_job() {
 
     let q = dev.ok(VISION, &["queues"]);
     assert!(q.starts_with("TENANT") && q.contains("vision"), "{q}");
-    let n = dev.ok(VISION, &["nodes"]);
+    let n = dev.ok(VISION, &["nodes", "-l"]);
     assert!(n.starts_with("NODE") && n.contains("READY"), "{n}");
 }
 
@@ -268,9 +275,16 @@ fn exit_codes_say_what_went_wrong() {
     let (c, err) = code(ADMIN, &["submit", "-t", "nobody", "-G", "1"]);
     assert_eq!(c, Some(5), "{err}");
     assert!(err.contains("tenant"), "{err}");
-    let (c, err) = code(ADMIN, &["submit", "-t", "vision", "-G", "0"]);
+    let (c, err) = code(
+        ADMIN,
+        &["submit", "-t", "vision", "-G", "1", "--flavor", "b200"],
+    );
     assert_eq!(c, Some(5), "{err}");
-    assert!(err.contains("gpus_per_worker"), "{err}");
+    assert!(err.contains("--flavor"), "{err}");
+    // 2: a field the model's own check refuses, named by its flag.
+    let (c, err) = code(ADMIN, &["submit", "-t", "vision", "-G", "0"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("--gpus: must be at least 1"), "{err}");
     // 2: a bad spec file.
     let bad = dev.dir.0.join("bad.yaml");
     std::fs::write(&bad, "tenant: [").unwrap();
@@ -289,4 +303,214 @@ fn exit_codes_say_what_went_wrong() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(6));
+}
+
+/// Runs the binary against a port nothing listens on: an exit other than
+/// 6 means no request was made.
+fn offline(args: &[&str]) -> (Option<i32>, String) {
+    let o = Command::new(bin())
+        .args(args)
+        .env(
+            "GPUSCHED_SERVER",
+            format!("http://127.0.0.1:{}", free_port()),
+        )
+        .env("GPUSCHED_TOKEN", ADMIN)
+        .env_remove("GPUSCHED_CONFIG")
+        .env("HOME", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+#[test]
+fn spec_files_and_flags_are_checked_before_any_request() {
+    let dir = tempdir::Dir(
+        std::env::temp_dir().join(format!("gpusched-spec-{}", uuid::Uuid::new_v4().simple())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    // An unknown field in YAML: the file, its line and column, the field.
+    let yaml = dir.0.join("job.yaml");
+    std::fs::write(&yaml, "tenant: vision\nworkers: 1\nmemory: 80g\n").unwrap();
+    let y = yaml.to_str().unwrap();
+    let (c, err) = offline(&["submit", "-f", y]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains(&format!("{y}:3:1: ")), "{err}");
+    assert!(err.contains("unknown field \"memory\""), "{err}");
+    assert!(err.contains("expected one of tenant"), "{err}");
+    // A wrong type in TOML: its line, the field and the flag.
+    let toml = dir.0.join("job.toml");
+    std::fs::write(
+        &toml,
+        "tenant = \"vision\"\nworkers = 1\ngpus_per_worker = \"8\"\n",
+    )
+    .unwrap();
+    let t = toml.to_str().unwrap();
+    let (c, err) = offline(&["submit", "-f", t]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains(&format!("{t}:3:")), "{err}");
+    assert!(
+        err.contains("gpus_per_worker (--gpus): invalid type"),
+        "{err}"
+    );
+    // A flag fixes nothing about a bad file, but it overrides a good one's
+    // field: the file's zero GPUs are refused in the file, the flag's zero
+    // by the flag's name.
+    let json = dir.0.join("job.json");
+    std::fs::write(
+        &json,
+        r#"{"tenant": "vision", "workers": 1, "gpus_per_worker": 0}"#,
+    )
+    .unwrap();
+    let j = json.to_str().unwrap();
+    let (c, err) = offline(&["submit", "-f", j]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{j}:1:36: gpus_per_worker (--gpus): must be at least 1"
+        )),
+        "{err}"
+    );
+    assert_eq!(offline(&["submit", "-f", j, "-G", "2"]).0, Some(6));
+    let (c, err) = offline(&["submit", "-t", "vision", "-G", "0"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("--gpus: must be at least 1"), "{err}");
+    // No tenant anywhere.
+    let (c, err) = offline(&["submit", "-G", "1"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("--tenant is required"), "{err}");
+    // A good spec goes to the server (here: none, so exit 6).
+    assert_eq!(offline(&["submit", "-t", "vision", "-G", "1"]).0, Some(6));
+    // A bad node status is a usage error naming the flag and the values.
+    let (c, err) = offline(&["nodes", "--state", "bogus"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("--state") && err.contains("cordoned"), "{err}");
+}
+
+/// The column `name` of a table row, by the header's column starts.
+fn column(table: &str, row: &str, name: &str) -> String {
+    let header = table.lines().next().unwrap();
+    let start = header.find(name).unwrap();
+    let end = header[start..]
+        .find(|c: char| c.is_whitespace())
+        .and_then(|w| {
+            header[start + w..]
+                .find(|c: char| !c.is_whitespace())
+                .map(|n| start + w + n)
+        })
+        .unwrap_or(row.len());
+    row.get(start..end.min(row.len()))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn nodes_are_summed_up_and_filtered_and_ended_jobs_keep_their_flavor() {
+    let dev = Dev::start();
+    let v: serde_json::Value = serde_json::from_str(&dev.ok(VISION, &["nodes", "--json"])).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    let gpus: u64 = nodes.iter().map(|n| n["gpus"].as_u64().unwrap()).sum();
+    assert!(gpus > 0);
+    let a100: u64 = nodes
+        .iter()
+        .filter(|n| n["flavor"] == "a100-40g")
+        .map(|n| n["gpus"].as_u64().unwrap())
+        .sum();
+    assert!(a100 > 0 && a100 < gpus, "the demo cluster has two flavors");
+
+    // The summary by default: its TOTAL is the cluster, its flavor rows add up.
+    let sum = dev.ok(VISION, &["nodes"]);
+    let total = sum.lines().find(|l| l.starts_with("TOTAL")).unwrap();
+    assert_eq!(column(&sum, total, "GPUS"), gpus.to_string(), "{sum}");
+    assert_eq!(
+        column(&sum, total, "NODES"),
+        nodes.len().to_string(),
+        "{sum}"
+    );
+    let flavor_table = sum.split("\n\n").next().unwrap();
+    let by_flavor: u64 = flavor_table
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("TOTAL"))
+        .map(|l| column(&sum, l, "GPUS").parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(by_flavor, gpus, "{sum}");
+    assert!(sum.contains("TOPOLOGY"), "{sum}");
+
+    // --flavor keeps that flavor's nodes, in the summary and the list.
+    let only = dev.ok(VISION, &["nodes", "--flavor", "a100-40g"]);
+    let total = only.lines().find(|l| l.starts_with("TOTAL")).unwrap();
+    assert_eq!(column(&only, total, "GPUS"), a100.to_string(), "{only}");
+    assert!(!only.contains("h100-80g"), "{only}");
+    let list = dev.ok(
+        VISION,
+        &["nodes", "-l", "--flavor", "a100-40g", "--state", "ready"],
+    );
+    assert!(list.lines().count() > 1, "{list}");
+    assert!(
+        list.lines()
+            .skip(1)
+            .all(|l| l.contains("a100-40g") && l.contains("READY")),
+        "{list}"
+    );
+    let none = dev.ok(VISION, &["nodes", "--json", "--state", "lost"]);
+    let none: serde_json::Value = serde_json::from_str(&none).unwrap();
+    assert_eq!(none["nodes"].as_array().unwrap().len(), 0);
+    let o = dev.run(VISION, &["nodes", "--flavor", "b200"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--flavor") && err.contains("a100-40g"),
+        "{err}"
+    );
+
+    // An ended job: the flavor it ran on and how long it ran (7200 s at
+    // the dev run's 3600× is 2 s of wall time).
+    let id = submitted_id(&dev.ok(
+        VISION,
+        &[
+            "submit",
+            "-t",
+            "vision",
+            "-G",
+            "1",
+            "--flavor",
+            "a100-40g",
+            "--max-runtime",
+            "7200",
+        ],
+    ));
+    dev.wait_state(id, "succeeded");
+    let table = dev.ok(VISION, &["list"]);
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("job {id} not listed: {table}"));
+    assert_eq!(column(&table, row, "STATE"), "SUCCEEDED", "{table}");
+    assert_eq!(column(&table, row, "FLAVOR"), "a100-40g", "{table}");
+    let time = column(&table, row, "TIME");
+    assert!(
+        time.contains(':') && time != "0:00" && time != "0:01",
+        "{table}"
+    );
+    // One that named no flavor, of a tenant with two: told from its log.
+    let id = submitted_id(&dev.ok(
+        VISION,
+        &["submit", "-t", "vision", "-G", "1", "--max-runtime", "60"],
+    ));
+    dev.wait_state(id, "succeeded");
+    let out = dev.ok(VISION, &["get", &id.to_string()]);
+    let row = out.lines().nth(1).unwrap();
+    let flavor = column(&out, row, "FLAVOR");
+    assert!(flavor == "a100-40g" || flavor == "h100-80g", "{out}");
+    let listed = dev.ok(VISION, &["list"]);
+    let row = listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap();
+    assert_eq!(column(&listed, row, "FLAVOR"), flavor, "{listed}");
 }

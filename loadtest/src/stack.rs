@@ -114,12 +114,14 @@ pub fn service_binaries(hint: Option<&Path>) -> Result<PathBuf> {
     if missing {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut cmd = Command::new(cargo);
-        cmd.arg("build");
+        cmd.args(["build", "--workspace", "--bins"]);
         if dir.ends_with("release") {
             cmd.arg("--release");
-        }
-        for s in SERVICES {
-            cmd.args(["-p", &format!("gpusched-{s}")]);
+        } else {
+            // Under the test command: the features `cargo test --workspace`
+            // resolves (see the CLI's test stack), so nothing shared is
+            // compiled again.
+            cmd.arg("--tests");
         }
         eprintln!("building the service binaries into {}", dir.display());
         let status = cmd

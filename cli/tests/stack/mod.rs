@@ -29,18 +29,21 @@ fn bin_dir() -> PathBuf {
 
 /// The service binaries, built (or found up to date) by cargo first, so a
 /// test never runs a stale binary against a freshly migrated database.
+///
+/// `--workspace --bins --tests` resolves features exactly as `cargo test
+/// --workspace` (the test command) does, so under it this build reuses
+/// every artifact the test build made and only links the binaries; a build
+/// of just the service packages would resolve other features and recompile
+/// a dozen crates, then the test build would recompile them back.
 fn service_binaries() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
             let dir = bin_dir();
             let mut cmd = Command::new(env!("CARGO"));
-            cmd.arg("build").arg("--quiet");
+            cmd.args(["build", "--quiet", "--workspace", "--bins", "--tests"]);
             if dir.ends_with("release") {
                 cmd.arg("--release");
-            }
-            for s in SERVICES {
-                cmd.args(["-p", &format!("gpusched-{s}")]);
             }
             let status = cmd.status().expect("cargo build of the service binaries");
             assert!(status.success(), "building the service binaries failed");

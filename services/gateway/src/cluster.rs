@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -17,8 +17,11 @@ use gpusched_events::Event;
 use gpusched_model::{Gpus, NodeId, TenantSpec};
 use gpusched_runtime::read_view;
 use serde::Serialize;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
+use crate::jobs::path_param;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// One tenant's quota and use in one flavor.
@@ -217,27 +220,64 @@ pub struct ChangeReply {
     now: String,
 }
 
+/// `PUT /v1/tenants/{name}`'s body: a [`TenantSpec`] whose `name` may be
+/// left out, as the path names the tenant. Its schema is `TenantSpec`'s
+/// with `name` no longer required, so the two cannot drift apart.
+pub struct TenantUpdate;
+
+impl utoipa::PartialSchema for TenantUpdate {
+    fn schema() -> RefOr<Schema> {
+        let mut schema = <TenantSpec as utoipa::PartialSchema>::schema();
+        if let RefOr::T(Schema::Object(o)) = &mut schema {
+            o.required.retain(|r| r != "name");
+            o.description = Some(
+                "A tenant spec; `name` may be left out (the path names the tenant) and, \
+                 when given, must match the path."
+                    .into(),
+            );
+        }
+        schema
+    }
+}
+
+impl ToSchema for TenantUpdate {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        <TenantSpec as ToSchema>::schemas(schemas);
+    }
+}
+
 fn write_failed(e: crate::SubmitError) -> ApiError {
     ApiError::unavailable(e)
 }
 
-/// Create or replace a tenant (admin). The body is a tenant spec; its
-/// `name`, when given, must match the path.
-#[utoipa::path(put, path = "/v1/tenants/{name}", tag = "admin", request_body = TenantSpec,
-    params(("name" = String, Path, description = "Tenant name")),
+/// Create or replace a tenant (admin). The body is a tenant spec
+/// (`TenantUpdate`); its `name`, when given, must match the path.
+///
+/// Besides the rules of the schema: the name must not be blank, a flavor
+/// must not be listed twice in `quotas` (400), and a configuration the
+/// scheduler refuses is logged without effect and answers 409.
+#[utoipa::path(put, path = "/v1/tenants/{name}", tag = "admin",
+    request_body(content = TenantUpdate, content_type = "application/json"),
+    params(("name" = String, Path, min_length = 1, description = "Tenant name")),
     responses((status = 201, description = "Created", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
+        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
+        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn put_tenant(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     who.require_admin()?;
+    let name = path_param(name)?;
     let Json(mut v) = body?;
     let Some(obj) = v.as_object_mut() else {
         return Err(ApiError::field(
@@ -358,20 +398,23 @@ async fn node_change(
 
 /// Cordon a node (admin): no new work is placed on it; running jobs stay.
 #[utoipa::path(post, path = "/v1/nodes/{id}/cordon", tag = "admin",
-    params(("id" = String, Path, description = "Node id or name")),
+    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "Not ready", body = ErrorBody)),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "No such node", body = ErrorBody),
+        (status = 409, description = "Not ready", body = ErrorBody),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn cordon_node(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ChangeReply>, ApiError> {
     node_change(
         who,
         gw,
-        id,
+        path_param(id)?,
         |node| Event::NodeCordoned { node },
         &[NodeStatus::Ready],
         "cordon",
@@ -382,20 +425,23 @@ pub async fn cordon_node(
 /// Drain a node (admin): no new work; it empties as its jobs end and stays
 /// out of service for maintenance.
 #[utoipa::path(post, path = "/v1/nodes/{id}/drain", tag = "admin",
-    params(("id" = String, Path, description = "Node id or name")),
+    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "Already drained or lost", body = ErrorBody)),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "No such node", body = ErrorBody),
+        (status = 409, description = "Already drained or lost", body = ErrorBody),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn drain_node(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ChangeReply>, ApiError> {
     node_change(
         who,
         gw,
-        id,
+        path_param(id)?,
         |node| Event::NodeDrained { node },
         &[NodeStatus::Ready, NodeStatus::Cordoned],
         "drain",
@@ -405,20 +451,23 @@ pub async fn drain_node(
 
 /// Return a cordoned or drained node to service (admin).
 #[utoipa::path(post, path = "/v1/nodes/{id}/uncordon", tag = "admin",
-    params(("id" = String, Path, description = "Node id or name")),
+    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "Not cordoned or drained", body = ErrorBody)),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "No such node", body = ErrorBody),
+        (status = 409, description = "Not cordoned or drained", body = ErrorBody),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn uncordon_node(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ChangeReply>, ApiError> {
     node_change(
         who,
         gw,
-        id,
+        path_param(id)?,
         |node| Event::NodeUncordoned { node },
         &[NodeStatus::Cordoned, NodeStatus::Drained],
         "uncordon",

@@ -22,16 +22,20 @@ use gpusched_runtime::{read_view, Log, LoggedEvent, SharedView};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::jobs::MAX_SEQ;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// Query of `GET /v1/events`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     /// Events after this sequence number (default 0: from the start). A
     /// `Last-Event-ID` header, as an SSE client sends on reconnect, wins.
+    #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     from: Option<u64>,
     /// Events per page without `follow`, 1 to 10000 (default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<usize>,
     /// Stream as Server-Sent Events, live, until the client leaves.
     follow: Option<bool>,
@@ -47,6 +51,18 @@ pub struct LogEntry {
     /// The event (tagged by `type`).
     #[schema(value_type = Object)]
     event: Event,
+}
+
+/// One Server-Sent Event of `GET /v1/events?follow=true`, as the stream
+/// carries it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SseFrame {
+    /// The event's sequence number (resume with it as `Last-Event-ID`).
+    id: String,
+    /// Its kind, e.g. `job_submitted`.
+    event: String,
+    /// The event as JSON (tagged by `type`).
+    data: String,
 }
 
 /// A page of the log.
@@ -125,10 +141,14 @@ fn sse_of(e: &LoggedEvent) -> SseEvent {
 /// so a reconnecting client resumes with `Last-Event-ID`). A tenant token
 /// sees only its own jobs' events.
 #[utoipa::path(get, path = "/v1/events", tag = "events", params(EventsQuery,
-        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this sequence number")),
+        ("Last-Event-ID" = Option<u64>, Header, nullable = false, minimum = 0, maximum = 9_223_372_036_854_775_807_u64,
+            description = "Resume after this sequence number")),
     responses(
-        (status = 200, description = "A page (JSON), or with follow=true a text/event-stream", body = EventPage),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
+        (status = 200, description = "A page (JSON), or with follow=true a text/event-stream",
+            content((EventPage = "application/json"), (SseFrame = "text/event-stream"))),
+        (status = 400, description = "A parameter broke a rule (named in `field`)", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 503, description = "The log is unavailable", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn events(
     who: Principal,
@@ -137,12 +157,24 @@ pub async fn events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = q?;
+    if q.from.is_some_and(|f| f > MAX_SEQ) {
+        return Err(ApiError::field(
+            "from",
+            format!("must be a sequence number (0 to {MAX_SEQ})"),
+        ));
+    }
     let from = match headers.get("last-event-id") {
         Some(v) => v
             .to_str()
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
-            .ok_or_else(|| ApiError::field("Last-Event-ID", "must be a sequence number"))?,
+            .filter(|s| *s <= MAX_SEQ)
+            .ok_or_else(|| {
+                ApiError::field(
+                    "Last-Event-ID",
+                    format!("must be a sequence number (0 to {MAX_SEQ})"),
+                )
+            })?,
         None => q.from.unwrap_or(0),
     };
     let limit = q.limit.unwrap_or(1000);

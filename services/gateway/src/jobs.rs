@@ -5,7 +5,7 @@
 
 use std::collections::BinaryHeap;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,13 +39,50 @@ fn parse_phase(s: &str) -> Option<Phase> {
     Phase::ALL.iter().copied().find(|p| phase_name(*p) == s)
 }
 
-/// A job id from the path: a positive number, else 400 naming `id`.
+/// A job's state as the API names it (the document's enum of
+/// [`phase_name`]; the handlers work with strings).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum JobState {
+    /// Recorded, not yet judged by admission.
+    Submitted,
+    /// Waiting in its tenant's queue.
+    Queued,
+    /// Quota charged; waiting for GPUs.
+    Admitted,
+    /// GPUs chosen; its agents are starting it.
+    Bound,
+    /// Running.
+    Running,
+    /// Ended well.
+    Succeeded,
+    /// Ended badly.
+    Failed,
+    /// Cancelled by its user or an admin.
+    Cancelled,
+    /// Refused by admission.
+    Rejected,
+    /// Being preempted: checkpointing and stopping.
+    Preempting,
+}
+
+/// The largest id or sequence number: the log keeps them as signed 64-bit
+/// numbers.
+pub(crate) const MAX_SEQ: u64 = i64::MAX as u64;
+
+/// A job id from the path: 1 to [`MAX_SEQ`], else 400 naming `id`.
 pub(crate) fn job_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse::<u64>()
         .ok()
-        .filter(|n| *n > 0)
+        .filter(|n| (1..=MAX_SEQ).contains(n))
         .map(JobId)
-        .ok_or_else(|| ApiError::field("id", "must be a job number (1 or more)"))
+        .ok_or_else(|| ApiError::field("id", format!("must be a job number (1 to {MAX_SEQ})")))
+}
+
+/// The path's one parameter, or 400 (as JSON) when it cannot be read.
+pub(crate) fn path_param(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    Ok(p?.0)
 }
 
 /// The job if it exists and `who` may see it; 404 otherwise.
@@ -65,7 +102,30 @@ pub struct SubmitReply {
     seq: u64,
 }
 
-fn reject_to_error(r: RejectReason) -> ApiError {
+/// 400 naming `tenant`, listing the tenants `who` may submit for.
+fn unknown_tenant(s: &State, who: &Principal, name: &str) -> ApiError {
+    let mut known: Vec<&str> = s
+        .tenants()
+        .iter()
+        .map(|t| t.spec.name.as_str())
+        .filter(|t| who.may_touch(t))
+        .collect();
+    known.sort_unstable();
+    let known = if known.is_empty() {
+        "none this token may use".to_string()
+    } else {
+        known.join(", ")
+    };
+    ApiError::field(
+        "tenant",
+        format!("unknown tenant {name:?}; known tenants: {known}"),
+    )
+}
+
+fn reject_to_error(s: &State, who: &Principal, r: RejectReason) -> ApiError {
+    if let RejectReason::UnknownTenant { tenant } = &r {
+        return unknown_tenant(s, who, tenant);
+    }
     let field = match &r {
         RejectReason::InvalidField { field, .. } => field.clone(),
         RejectReason::UnknownTenant { .. } => "tenant".into(),
@@ -86,15 +146,27 @@ fn reject_to_error(r: RejectReason) -> ApiError {
 
 /// Submit a job. With an `Idempotency-Key` header, a repeated request
 /// answers 200 with the job the first one created (201).
-#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec,
-    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 200 visible ASCII characters; scoped to the tenant")),
+///
+/// Besides the rules of the schema, the body is checked against the
+/// cluster as the gateway sees it, each failure a 400 naming its field:
+/// `tenant` must be a configured tenant (the message lists those the token
+/// may use), `flavors` known flavors, `topology` a configured level,
+/// `node` or `any`, and the gang (`workers` × `gpus_per_worker`, which must
+/// not overflow) must fit in one domain of that level and within the
+/// tenant's quota limits.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
+    request_body(content = JobSpec, content_type = "application/json"),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200,
+        pattern = "^[!-~]+$",
+        description = "1 to 200 visible ASCII characters; scoped to the tenant")),
     responses(
         (status = 201, description = "Recorded in the log", body = SubmitReply),
         (status = 200, description = "The key was seen before: the job it created", body = SubmitReply),
-        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
+        (status = 400, description = "A field broke a rule (named in `field`): a rule of the schema, an unknown tenant, flavor or topology level, or a gang that fits nowhere", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, description = "A tenant token submitting for another tenant", body = ErrorBody),
         (status = 409, description = "The key was used for a different job", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
+        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
         (status = 429, description = "Too many submissions in flight; retry after the Retry-After seconds", body = ErrorBody),
         (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -108,6 +180,12 @@ pub async fn submit_job(
     spec.check_fields()
         .map_err(|e| ApiError::field(&e.field, &e.rule))?;
     if !who.may_touch(&spec.tenant) {
+        // Tenant names are no secret (`/v1/queues` lists them): an unknown
+        // one is a 400 listing the tenant this token may use.
+        let p = read_view(&gw.view);
+        if p.state().tenant_idx(&spec.tenant).is_none() {
+            return Err(unknown_tenant(p.state(), &who, &spec.tenant));
+        }
         return Err(ApiError {
             field: Some("tenant".into()),
             ..ApiError::new(
@@ -117,8 +195,11 @@ pub async fn submit_job(
             )
         });
     }
-    gpusched_core::admission::validate(read_view(&gw.view).state(), &spec)
-        .map_err(reject_to_error)?;
+    {
+        let p = read_view(&gw.view);
+        gpusched_core::admission::validate(p.state(), &spec)
+            .map_err(|r| reject_to_error(p.state(), &who, r))?;
+    }
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
@@ -161,6 +242,7 @@ pub struct JobView {
     id: u64,
     /// Where it is: submitted, queued, admitted, bound, running,
     /// preempting, succeeded, failed, cancelled or rejected.
+    #[schema(value_type = JobState)]
     state: String,
     /// Its tenant.
     tenant: String,
@@ -215,17 +297,23 @@ fn job_view(s: &State, j: &Job) -> JobView {
 }
 
 /// Read one job.
+///
+/// Ended jobs stay readable: a cancelled, succeeded, failed
+/// or rejected job keeps answering 200 with its final state (a `DELETE`
+/// cancels a job, it does not remove it); only an id never given out, or
+/// another tenant's job, answers 404.
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
-    params(("id" = u64, Path, description = "Job id")),
-    responses((status = 200, body = JobView), (status = 400, body = ErrorBody),
+    params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
+    responses((status = 200, description = "The job, also once it has ended", body = JobView),
+        (status = 400, description = "`id` is not a job number", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_job(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
-    let id = job_id(&id)?;
+    let id = job_id(&path_param(id)?)?;
     let p = read_view(&gw.view);
     let s = p.state();
     let j = visible(s, &who, id)?;
@@ -234,15 +322,19 @@ pub async fn get_job(
 
 /// Filters and page of `GET /v1/jobs`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this tenant's jobs (a tenant token sees only its own anyway).
     tenant: Option<String>,
     /// Only jobs in these states, comma-separated (e.g. `queued,running`).
+    #[param(value_type = Option<Vec<JobState>>, style = Form, explode = false, min_items = 1)]
     state: Option<String>,
     /// Jobs per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (a job id).
+    #[param(value_type = Option<u64>, minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     cursor: Option<String>,
 }
 
@@ -274,14 +366,16 @@ pub async fn list_jobs(
         None => 0,
         Some(c) => c
             .parse::<u64>()
-            .map_err(|_| ApiError::field("cursor", "must be a next_cursor this API gave"))?,
+            .ok()
+            .filter(|c| *c <= MAX_SEQ)
+            .ok_or_else(|| ApiError::field("cursor", "must be a next_cursor this API gave"))?,
     };
     let phases: Option<Vec<Phase>> = match &q.state {
         None => None,
         Some(list) => Some(
             list.split(',')
                 .map(|s| {
-                    parse_phase(s.trim()).ok_or_else(|| {
+                    parse_phase(s).ok_or_else(|| {
                         ApiError::field(
                             "state",
                             format!(
@@ -352,20 +446,25 @@ pub struct CancelReply {
 /// Cancel a job. A waiting job is cancelled at once (200). A running job
 /// keeps its GPUs until its agent stops it, after a final checkpoint when it
 /// checkpoints (202, `cancelling`). Repeating the request is harmless.
+///
+/// The job stays readable afterwards (`GET` answers 200 with state
+/// `cancelled`, or `cancelling` until a running job has stopped).
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs",
-    params(("id" = u64, Path, description = "Job id")),
-    responses((status = 200, body = CancelReply), (status = 202, body = CancelReply),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody),
+    params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
+    responses((status = 200, description = "Cancelled", body = CancelReply),
+        (status = 202, description = "Cancelling: the running job stops after its final checkpoint", body = CancelReply),
+        (status = 400, description = "`id` is not a job number", body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
         (status = 409, description = "The job has already ended", body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn cancel_job(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let id = job_id(&id)?;
+    let id = job_id(&path_param(id)?)?;
     let (event, running) = {
         let p = read_view(&gw.view);
         let s = p.state();
@@ -442,16 +541,18 @@ pub struct LoggedJobEvent {
 
 /// A job's events from the log, in order.
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs",
-    params(("id" = u64, Path, description = "Job id")),
-    responses((status = 200, body = Vec<LoggedJobEvent>), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
+    responses((status = 200, body = Vec<LoggedJobEvent>),
+        (status = 400, description = "`id` is not a job number", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
+        (status = 503, description = "The log is unavailable", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn job_events(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Vec<LoggedJobEvent>>, ApiError> {
-    let id = job_id(&id)?;
+    let id = job_id(&path_param(id)?)?;
     visible(read_view(&gw.view).state(), &who, id)?;
     let events = gw.log.job_events(id).await.map_err(|e| {
         ApiError::new(
@@ -499,6 +600,7 @@ pub struct ExplainView {
     /// The job.
     id: u64,
     /// Where it is now.
+    #[schema(value_type = JobState)]
     state: String,
     /// Why it waits, if it waits for something.
     pending: Option<PendingView>,
@@ -517,16 +619,18 @@ pub struct ExplainView {
 /// Why a job is where it is: its history from the log with the reason at
 /// each step, why it waits now, and its position in its queue.
 #[utoipa::path(get, path = "/v1/jobs/{id}/explain", tag = "jobs",
-    params(("id" = u64, Path, description = "Job id")),
-    responses((status = 200, body = ExplainView), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
+    responses((status = 200, body = ExplainView),
+        (status = 400, description = "`id` is not a job number", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
+        (status = 503, description = "The log is unavailable", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn explain_job(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ExplainView>, ApiError> {
-    let id = job_id(&id)?;
+    let id = job_id(&path_param(id)?)?;
     visible(read_view(&gw.view).state(), &who, id)?;
     let unavailable = |e: gpusched_store::StoreError| {
         ApiError::new(
@@ -571,6 +675,14 @@ pub async fn explain_job(
         queue_position,
         reservation_ahead: explain::reservation_ahead(s, id).map(|j| j.0),
         guaranteed_start_ms,
-        history: explain::history(&events, s, id),
+        history: explain::history_at(
+            &events,
+            s,
+            id,
+            &explain::Context::new(
+                gpusched_runtime::wall_clock(),
+                &gpusched_core::CycleConfig::default(),
+            ),
+        ),
     }))
 }

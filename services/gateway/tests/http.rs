@@ -221,6 +221,67 @@ async fn submit_validates_every_field_and_names_it() {
 }
 
 #[tokio::test]
+async fn unknown_tenant_names_the_field_and_lists_the_tenants_the_token_may_use() {
+    let api = api().await;
+    // The admin token may use every tenant: all are listed, by name.
+    let (s, v) = api.submit(ADMIN, job("nobody", 1, 1)).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(field(&v), "tenant", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("unknown tenant \"nobody\""), "{msg}");
+    assert!(msg.ends_with("known tenants: speech, vision"), "{msg}");
+    // A tenant token may use its own tenant only: only that one is listed.
+    let (s, v) = api.submit(VISION, job("nobody", 1, 1)).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(field(&v), "tenant", "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("unknown tenant \"nobody\""), "{msg}");
+    assert!(msg.ends_with("known tenants: vision"), "{msg}");
+    assert!(!msg.contains("speech"), "{msg}");
+    // Another tenant that exists is still forbidden to it.
+    let (s, v) = api.submit(VISION, job("speech", 1, 1)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert_eq!(field(&v), "tenant", "{v}");
+}
+
+#[tokio::test]
+async fn numbers_above_what_the_log_holds_are_refused_naming_the_field() {
+    let api = api().await;
+    let over = (i64::MAX as u64 + 1).to_string();
+    for (uri, f) in [
+        (format!("/v1/jobs/{over}"), "id"),
+        (format!("/v1/jobs/{over}/events"), "id"),
+        (format!("/v1/jobs?cursor={over}"), "cursor"),
+        (format!("/v1/events?from={over}"), "from"),
+        ("/v1/events?limit=0".to_string(), "limit"),
+        ("/v1/events?limit=10001".to_string(), "limit"),
+        ("/v1/jobs?limit=1001".to_string(), "limit"),
+        ("/v1/jobs?state=queued,%20running".to_string(), "state"),
+    ] {
+        let (s, v) = api.call("GET", &uri, Some(ADMIN), None).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{uri}: {v}");
+        assert_eq!(field(&v), f, "{uri}: {v}");
+    }
+    let req = Request::get("/v1/events")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .header("last-event-id", over.as_str())
+        .body(Body::empty())
+        .unwrap();
+    let (s, v) = api.raw(req).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(field(&v), "Last-Event-ID", "{v}");
+    // The largest allowed values are taken.
+    let max = i64::MAX.to_string();
+    for uri in [
+        format!("/v1/events?from={max}&limit=10000"),
+        format!("/v1/jobs?cursor={max}&limit=1000"),
+    ] {
+        let (s, v) = api.call("GET", &uri, Some(ADMIN), None).await;
+        assert_eq!(s, StatusCode::OK, "{uri}: {v}");
+    }
+}
+
+#[tokio::test]
 async fn idempotency_key_gives_the_same_job_and_refuses_a_different_body() {
     let api = api().await;
     let post = |body: Value, key: &str| {
@@ -638,6 +699,112 @@ async fn openapi_documents_exactly_the_served_routes() {
     assert_eq!(documented.len(), SERVED.len() + 1, "{documented:?}");
     assert!(doc["components"]["schemas"]["JobSpec"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+}
+
+/// The parameter `name` of `method path` in the document.
+fn param<'a>(doc: &'a Value, method: &str, path: &str, name: &str) -> &'a Value {
+    doc["paths"][path][method]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{method} {path}: no parameter {name}"))
+}
+
+#[tokio::test]
+async fn openapi_carries_the_rules_the_handlers_enforce() {
+    let api = api().await;
+    let (_, doc) = api.call("GET", "/openapi.json", None, None).await;
+    let max = i64::MAX;
+    for path in [
+        "/v1/jobs/{id}",
+        "/v1/jobs/{id}/events",
+        "/v1/jobs/{id}/explain",
+    ] {
+        let id = &param(&doc, "get", path, "id")["schema"];
+        assert_eq!(id["minimum"], 1, "{path}: {id}");
+        assert_eq!(id["maximum"], max, "{path}: {id}");
+    }
+    let limit = &param(&doc, "get", "/v1/jobs", "limit")["schema"];
+    assert_eq!(
+        (limit["minimum"].as_u64(), limit["maximum"].as_u64()),
+        (Some(1), Some(1000))
+    );
+    let limit = &param(&doc, "get", "/v1/events", "limit")["schema"];
+    assert_eq!(
+        (limit["minimum"].as_u64(), limit["maximum"].as_u64()),
+        (Some(1), Some(10000))
+    );
+    let last = &param(&doc, "get", "/v1/events", "Last-Event-ID")["schema"];
+    assert_eq!(last["maximum"], max, "{last}");
+    let spec = &doc["components"]["schemas"]["JobSpec"]["properties"];
+    assert_eq!(spec["tenant"]["minLength"], 1, "{spec}");
+    assert_eq!(spec["workers"]["minimum"], 1, "{spec}");
+    assert_eq!(spec["gpus_per_worker"]["minimum"], 1, "{spec}");
+    let update = &doc["components"]["schemas"]["TenantUpdate"];
+    assert!(
+        !update["required"]
+            .as_array()
+            .is_some_and(|r| r.contains(&json!("name"))),
+        "the path names the tenant: {update}"
+    );
+    assert_eq!(update["properties"]["name"]["minLength"], 1, "{update}");
+    // Every status a route answers is documented.
+    let statuses = |m: &str, p: &str| -> Vec<String> {
+        doc["paths"][p][m]["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    };
+    for (m, p, want) in [
+        (
+            "put",
+            "/v1/tenants/{name}",
+            &[
+                "200", "201", "400", "401", "403", "409", "413", "415", "429", "503",
+            ][..],
+        ),
+        (
+            "post",
+            "/v1/jobs",
+            &[
+                "200", "201", "400", "401", "403", "409", "413", "415", "429", "503",
+            ],
+        ),
+        (
+            "delete",
+            "/v1/jobs/{id}",
+            &["200", "202", "400", "401", "404", "409", "429", "503"],
+        ),
+        (
+            "post",
+            "/v1/nodes/{id}/drain",
+            &["200", "401", "403", "404", "409", "429", "503"],
+        ),
+    ] {
+        let got = statuses(m, p);
+        for s in want {
+            assert!(
+                got.contains(&s.to_string()),
+                "{m} {p}: {s} not documented ({got:?})"
+            );
+        }
+    }
+    let read = doc["paths"]["/v1/jobs/{id}"]["get"]["description"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        read.contains("cancelled"),
+        "a cancelled job stays readable: {read}"
+    );
+    // 415 on PUT /v1/tenants/{name} is real.
+    let req = Request::put("/v1/tenants/audio")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .body(Body::from("{}"))
+        .unwrap();
+    assert_eq!(api.raw(req).await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }
 
 mod never_5xx {

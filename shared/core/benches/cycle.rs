@@ -1,4 +1,4 @@
-//! Cycle time against queue depth: the loop must be bounded (BRIEF §2).
+//! Cycle time against queue depth: the loop must be bounded (docs/architecture.md, "How a cycle stays bounded").
 //!
 //! Builds a 10,000-node cluster (40 racks × 10 blocks × 25 nodes × 8 GPUs),
 //! loads it with 14,500 mixed jobs and gangs (about 80% of its GPUs), then queues 1k, 10k,
@@ -38,6 +38,10 @@ fn job(i: u64, tenant: usize) -> JobSpec {
         preemptible: true,
         checkpoint: None,
         max_runtime_s: None,
+        command: Vec::new(),
+        env: Default::default(),
+        working_dir: None,
+        checkpoint_signal: None,
     }
 }
 

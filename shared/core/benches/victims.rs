@@ -1,5 +1,5 @@
 //! Victim search against the number of running jobs: the search must be
-//! bounded (BRIEF §2, §5).
+//! bounded (docs/architecture.md, "How a cycle stays bounded", "Preemption").
 //!
 //! Builds 12,500 nodes × 8 GPUs (50 racks × 10 blocks × 25 nodes) full of
 //! 1-GPU checkpointing jobs of a borrowing tenant (1k … 100k running jobs;
@@ -35,6 +35,10 @@ fn spec(tenant: &str, workers: u32, gpw: u32, topology: &str) -> JobSpec {
             duration_s: 600,
         }),
         max_runtime_s: None,
+        command: Vec::new(),
+        env: Default::default(),
+        working_dir: None,
+        checkpoint_signal: None,
     }
 }
 

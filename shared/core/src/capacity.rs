@@ -322,6 +322,12 @@ impl CapacityIndex {
         self.set_present(n, false);
     }
 
+    /// Counts a removed node's capacity again (it is not schedulable until
+    /// [`Self::set_schedulable`] says so).
+    pub fn restore_node(&mut self, n: NodeId) {
+        self.set_present(n, true);
+    }
+
     fn hist_insert(&mut self, n: NodeId, free: Gpus) {
         let node_level = self.node_level();
         let (flavor, doms) = {

@@ -5,13 +5,113 @@
 //! step. Stages record a `JobPending` event only for the heads they
 //! examine and only when the reason changes; this answers for every job.
 //!
-//! Must never: estimate a wait time (BRIEF §6), or change anything.
+//! It speaks the user's words: topology levels as places ("anywhere in
+//! the cluster", "in one block"), times relative to now or to the job's
+//! submission, never raw epoch numbers. One clock: every time it measures
+//! comes from the log (log time, the clock the caller's `now` is in); a
+//! duration the job's specification declares (checkpoint interval, max
+//! runtime) is stated as a declaration and never set beside a log time, since
+//! a simulated agent may play declared durations faster than the log's clock.
+//! A waiting job is told what preemption is doing for it: victims stopping
+//! and by when, or which borrowers could be taken, which are protected by
+//! the minimum runtime and until when, or why none can (`relief`).
+//!
+//! Must never: estimate a wait time (BRIEF §6) or state a start time no
+//! reservation guarantees, read a clock (`now` is passed in), or change
+//! anything.
+
+mod relief;
+mod words;
+
+pub use relief::{relief, Relief};
 
 use crate::capacity::CapacityOverlay;
+use crate::cycle::CycleConfig;
+use crate::preemption::PreemptionConfig;
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
 use gpusched_events::{Assignment, Event, Outcome, PendingReason, PreemptionCause, RequeueReason};
-use gpusched_model::{JobId, QueueingMode, Timestamp};
+use gpusched_model::{JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
+use words::{declared, duration, gpu_hours, offset, relative, within};
+
+/// What explain is told: the moment it speaks at and the rule that decides
+/// when a running job may be preempted. Passed in; explain reads no clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Context {
+    /// Now, on the log's clock (the one its events' `at` use).
+    pub now: Timestamp,
+    /// A job runs at least this long before it may be preempted, ms (the
+    /// cycle's `PreemptionConfig::min_runtime_ms`).
+    pub min_runtime_ms: u64,
+}
+
+impl Context {
+    /// Now, under the cycle's limits.
+    pub fn new(now: Timestamp, cfg: &CycleConfig) -> Self {
+        Context {
+            now,
+            min_runtime_ms: cfg.preemption.min_runtime_ms,
+        }
+    }
+
+    /// For a caller without a clock: now is the latest time in `events`
+    /// or the state knows of the job (the log's own now), under the default
+    /// preemption limits.
+    pub fn from_log<'a>(
+        events: impl IntoIterator<Item = &'a Event>,
+        state: &State,
+        id: JobId,
+    ) -> Self {
+        let logged = events.into_iter().filter_map(event_at).max();
+        let known = state.job(id).map(|j| {
+            [
+                Some(j.submitted_at),
+                j.started_at,
+                j.ended_at,
+                j.preempted_at,
+                j.cancel_requested,
+                j.last_checkpoint.as_ref().map(|c| c.at),
+            ]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or_default()
+        });
+        Context {
+            now: logged.max(known).unwrap_or_default(),
+            min_runtime_ms: PreemptionConfig::default().min_runtime_ms,
+        }
+    }
+}
+
+/// When an event happened, if it carries a time.
+fn event_at(e: &Event) -> Option<Timestamp> {
+    match e {
+        Event::NodeAdded { at, .. }
+        | Event::NodeLost { at, .. }
+        | Event::NodeRejoined { at, .. }
+        | Event::JobSubmitted { at, .. }
+        | Event::JobAdmitted { at, .. }
+        | Event::JobPending { at, .. }
+        | Event::JobBound { at, .. }
+        | Event::JobStarted { at, .. }
+        | Event::JobFinished { at, .. }
+        | Event::JobCancelled { at, .. }
+        | Event::JobCancelRequested { at, .. }
+        | Event::JobRequeued { at, .. }
+        | Event::JobCheckpointed { at, .. }
+        | Event::PreemptionPlanned { at, .. }
+        | Event::JobPreempted { at, .. }
+        | Event::ReservationMade { at, .. } => Some(*at),
+        Event::TopologyConfigured { .. }
+        | Event::TenantConfigured { .. }
+        | Event::NodeCordoned { .. }
+        | Event::NodeUncordoned { .. }
+        | Event::NodeDrained { .. }
+        | Event::JobAccepted { .. }
+        | Event::JobRejected { .. } => None,
+    }
+}
 
 /// Why a waiting job is not running now, if anything stops it; `None` for a
 /// job that is not waiting, or that the next cycle would move on.
@@ -100,14 +200,39 @@ pub fn queue_position(state: &State, id: JobId) -> Option<(usize, usize)> {
     Some((pos, tenant.pending.len()))
 }
 
-/// A time as an offset from the job's submission (`+12.5 s`).
+/// A time as an offset from the job's submission, right-aligned (`  +3 min 20 s`).
 fn secs(t: Timestamp, t0: Timestamp) -> String {
-    let d = t.0 as f64 / 1000.0 - t0.0 as f64 / 1000.0;
-    format!("{:>+10.1} s", d)
+    format!("{:>12}", offset(t, t0))
 }
 
-fn gpu_hours(gpu_ms: u64) -> String {
-    format!("{:.2} GPU-hours", gpu_ms as f64 / 3_600_000.0)
+/// How a job ended, with its workers' exits when real agents ran it.
+fn finished_line(
+    at: &str,
+    outcome: Outcome,
+    exits: &[gpusched_events::WorkerExit],
+    reason: Option<&str>,
+) -> String {
+    let how = match outcome {
+        Outcome::Succeeded => "finished: succeeded".to_string(),
+        Outcome::Failed => "finished: failed".to_string(),
+        Outcome::Cancelled => "stopped by its agent: cancelled".to_string(),
+        Outcome::TimedOut => {
+            "stopped by its agent: timed out (ran past its declared max runtime)".to_string()
+        }
+    };
+    let mut line = format!("{at} {how}");
+    if let Some(r) = reason {
+        line.push_str(&format!(" — {r}"));
+    }
+    let failed: Vec<String> = exits
+        .iter()
+        .filter(|e| e.code != Some(0))
+        .map(ToString::to_string)
+        .collect();
+    if !failed.is_empty() {
+        line.push_str(&format!(" ({})", failed.join(", ")));
+    }
+    line
 }
 
 fn node_list(state: &State, a: &[Assignment]) -> String {
@@ -139,23 +264,61 @@ fn cause_text(c: &PreemptionCause) -> String {
 
 /// A job's history from the log, one line per step, each with the reason
 /// the scheduler had; then where it stands now. Reads `events` in order
-/// and the state for names and the current reason.
+/// and the state for names and the current reason. Without a clock of its
+/// own it speaks relative to the latest time the log shows
+/// (`Context::from_log`); a caller with a clock uses `history_at`.
 pub fn history<'a>(
     events: impl IntoIterator<Item = &'a Event>,
     state: &State,
     id: JobId,
 ) -> Vec<String> {
     let events: Vec<&Event> = events.into_iter().collect();
+    let ctx = Context::from_log(events.iter().copied(), state, id);
+    history_at(events, state, id, &ctx)
+}
+
+/// Where a gang was bound and why, for a `JobBound` line.
+fn bound_why(state: &State, id: JobId, level: &str, assignments: &[Assignment]) -> String {
+    let domain = assignments
+        .first()
+        .and_then(|a| {
+            let j = state.job(id)?;
+            let d = state.capacity().node_domain(a.node, j.level)?;
+            Some(state.capacity().domain(d).name.clone())
+        })
+        .unwrap_or_default();
+    match level {
+        LEVEL_ANY => "room for the whole gang across the cluster, fullest nodes first".to_string(),
+        LEVEL_NODE => "the fullest node with room for the whole gang".to_string(),
+        l if domain.is_empty() => format!("the fullest {l} with room for the whole gang"),
+        l => format!("the fullest {l} with room for the whole gang ({domain})"),
+    }
+}
+
+/// A job's history from the log, as `history`, speaking at `ctx.now`.
+pub fn history_at<'a>(
+    events: impl IntoIterator<Item = &'a Event>,
+    state: &State,
+    id: JobId,
+    ctx: &Context,
+) -> Vec<String> {
+    let events: Vec<&Event> = events.into_iter().collect();
+    let now_t = ctx.now;
     let t0 = events
         .iter()
         .find_map(|e| match e {
             Event::JobSubmitted { job, at, .. } if *job == id => Some(*at),
             _ => None,
         })
-        .unwrap_or(Timestamp(0));
+        .or_else(|| state.job(id).map(|j| j.submitted_at))
+        .unwrap_or(now_t);
     let secs = |t: Timestamp| secs(t, t0);
     let mut out = Vec::new();
-    let mut level = String::new();
+    let mut level = state
+        .job(id)
+        .map_or_else(String::new, |j| j.spec.topology.clone());
+    // The cause of the latest preemption planned for this job.
+    let mut cause: Option<String> = None;
     // Consecutive checkpoints are shown as one line: how many, and the last.
     let mut checkpoints: Option<(u32, Timestamp, u64, String)> = None;
     let flush = |out: &mut Vec<String>, c: &mut Option<(u32, Timestamp, u64, String)>| {
@@ -166,9 +329,9 @@ pub fn history<'a>(
                 String::new()
             };
             out.push(format!(
-                "{} checkpoint complete: {:.0} s of work saved ({uri}){many}",
+                "{} checkpoint complete: {} of work saved ({uri}){many}",
                 secs(at),
-                progress_ms as f64 / 1000.0
+                duration(progress_ms)
             ));
         }
     };
@@ -192,37 +355,43 @@ pub fn history<'a>(
         let line = match e {
             Event::JobSubmitted { job, spec, at } if *job == id => {
                 level = spec.topology.clone();
-                let ckpt = spec.checkpoint.map_or(String::new(), |c| {
-                    format!(
-                        ", checkpoints every {} s ({} s each)",
-                        c.interval_s, c.duration_s
-                    )
-                });
-                let max = spec
-                    .max_runtime_s
-                    .map_or(String::new(), |m| format!(", max runtime {m} s"));
+                let mut declares = Vec::new();
+                if let Some(c) = spec.checkpoint {
+                    declares.push(format!(
+                        "a checkpoint every {} (each takes {})",
+                        declared(c.interval_s),
+                        declared(c.duration_s)
+                    ));
+                }
+                if let Some(m) = spec.max_runtime_s {
+                    declares.push(format!("a max runtime of {}", declared(m)));
+                }
+                let declares = if declares.is_empty() {
+                    String::new()
+                } else {
+                    format!("; declares {}", declares.join(" and "))
+                };
                 format!(
-                    "{} submitted to {}: {}×{} GPUs in one {}, priority {}{}{}{}",
+                    "{} submitted to {}: {}×{} GPUs {}, priority {}{}{}",
                     secs(*at),
                     spec.tenant,
                     spec.workers,
                     spec.gpus_per_worker,
-                    spec.topology,
+                    within(&spec.topology),
                     spec.priority,
                     if spec.preemptible {
                         ", preemptible"
                     } else {
                         ", not preemptible"
                     },
-                    ckpt,
-                    max
+                    declares
                 )
             }
             Event::JobAccepted { job } if *job == id => {
                 "             accepted into its tenant's queue".to_string()
             }
             Event::JobRejected { job, reason } if *job == id => {
-                format!("             rejected: {reason}")
+                format!("             rejected: {}", words::rejection(reason))
             }
             Event::JobPending { job, reason, at } if *job == id => {
                 format!("{} waiting: {reason}", secs(*at))
@@ -252,8 +421,8 @@ pub fn history<'a>(
                 node_list(state, assignments),
                 match start {
                     Some(t) => format!(
-                        "guaranteed free by {} s (running jobs' max runtimes)",
-                        t.as_secs()
+                        "guaranteed free at {} (by the running jobs' max runtimes)",
+                        offset(*t, t0)
                     ),
                     None => "start unknown: a job in the way declares no max runtime".to_string(),
                 }
@@ -264,17 +433,9 @@ pub fn history<'a>(
                 backfill_for,
                 at,
             } if *job == id => {
-                let domain = assignments
-                    .first()
-                    .and_then(|a| {
-                        let j = state.job(id)?;
-                        let d = state.capacity().node_domain(a.node, j.level)?;
-                        Some(state.capacity().domain(d).name.clone())
-                    })
-                    .unwrap_or_default();
                 let why = match backfill_for {
                     Some(o) => format!("backfilled onto nodes reserved for job {o}: it ends before that reservation starts or leaves when it does"),
-                    None => format!("the fullest {level} with room for the whole gang ({domain})"),
+                    None => bound_why(state, id, &level, assignments),
                 };
                 format!(
                     "{} bound to {}: {why}",
@@ -285,27 +446,28 @@ pub fn history<'a>(
             Event::JobStarted { job, at } if *job == id => format!("{} started", secs(*at)),
             Event::PreemptionPlanned {
                 beneficiary,
-                cause,
+                cause: c,
                 victims,
                 at,
                 ..
             } => {
                 if *beneficiary == id {
+                    cause = Some(cause_text(c));
                     let names: Vec<String> = victims.iter().map(|v| v.job.to_string()).collect();
                     format!(
                         "{} preemption planned for it ({}): victims {} (least work lost since their last checkpoints)",
                         secs(*at),
-                        cause_text(cause),
+                        cause_text(c),
                         names.join(", ")
                     )
                 } else if let Some(v) = victims.iter().find(|v| v.job == id) {
                     format!(
-                        "{} chosen as a victim for job {beneficiary} ({}): cost {:.0} GPU·s, expected loss {}; stops at {:.0} s or on its next complete checkpoint",
+                        "{} chosen as a victim for job {beneficiary} ({}): expected loss {}, cost {}; stops by {} at the latest, or on its next complete checkpoint",
                         secs(*at),
-                        cause_text(cause),
-                        v.cost as f64 / 1000.0,
+                        cause_text(c),
                         gpu_hours(v.expected_lost_gpu_ms),
-                        v.deadline.as_secs_f64()
+                        gpu_hours(v.cost),
+                        offset(v.deadline, t0)
                     )
                 } else {
                     continue;
@@ -322,9 +484,9 @@ pub fn history<'a>(
                 gpu_hours(*lost_gpu_ms),
                 match resume_from {
                     Some(c) => format!(
-                        "from {} at {:.0} s of work, on the same flavor and shape",
+                        "from {} at {} of work, on the same flavor and shape",
                         c.uri,
-                        c.progress_ms as f64 / 1000.0
+                        duration(c.progress_ms)
                     ),
                     None => "from scratch (no complete checkpoint)".to_string(),
                 }
@@ -346,10 +508,13 @@ pub fn history<'a>(
                     gpu_hours(*lost_gpu_ms)
                 )
             }
-            Event::JobFinished { job, outcome, at } if *job == id => match outcome {
-                Outcome::Cancelled => format!("{} stopped by its agent: cancelled", secs(*at)),
-                _ => format!("{} finished: {outcome:?}", secs(*at)),
-            },
+            Event::JobFinished {
+                job,
+                outcome,
+                at,
+                exits,
+                reason,
+            } if *job == id => finished_line(&secs(*at), *outcome, exits, reason.as_deref()),
             Event::JobCancelled { job, at } if *job == id => format!("{} cancelled", secs(*at)),
             Event::JobCancelRequested { job, at } if *job == id => format!(
                 "{} cancel requested: its agent stops it{}",
@@ -364,31 +529,54 @@ pub fn history<'a>(
         out.push(line);
     }
     flush(&mut out, &mut checkpoints);
-    if let Some(job) = state.job(id) {
-        let mut now = format!("now: {:?}", job.phase);
-        if let Some(r) = pending_reason(state, id) {
-            now.push_str(&format!("; waiting because {r}"));
-        }
-        if let Some(other) = reservation_ahead(state, id) {
-            now.push_str(&format!(
-                "; GPUs of its flavor are reserved for job {other} ahead of it (backfill only where it ends in time)"
-            ));
-        }
-        if let Some((pos, len)) = queue_position(state, id) {
-            now.push_str(&format!("; position {pos} of {len} in its queue"));
-        }
-        if matches!(job.phase, Phase::Queued | Phase::Admitted) {
-            match state.reservations().get(&id).and_then(|r| r.start) {
-                Some(t) => now.push_str(&format!(
-                    "; a reservation guarantees a start by {} s",
-                    t.as_secs()
-                )),
-                None => now.push_str("; no start time: no reservation guarantees one"),
-            }
-        }
-        out.push(now);
-    } else {
-        out.push(format!("no job {id}"));
-    }
+    out.push(now_line(state, id, ctx, cause.as_deref()));
     out
+}
+
+/// Where the job stands at `ctx.now`: its phase, why it waits, what
+/// preemption does for it, and a start time only where a reservation
+/// guarantees one.
+fn now_line(state: &State, id: JobId, ctx: &Context, cause: Option<&str>) -> String {
+    let Some(job) = state.job(id) else {
+        return format!("no job {id}");
+    };
+    let mut now = format!("now: {:?}", job.phase);
+    if let Some(r) = pending_reason(state, id) {
+        now.push_str(&format!("; waiting because {r}"));
+    }
+    if let Some(r) = relief(state, id, ctx) {
+        now.push_str(&format!("; {}", r.describe(ctx.now, cause)));
+    }
+    if let Some((deadline, beneficiary)) = job.preempt {
+        let when = if deadline > ctx.now {
+            format!("{} at the latest", relative(deadline, ctx.now))
+        } else {
+            "now (its deadline has passed)".to_string()
+        };
+        now.push_str(&format!(
+            "; stopping for job {beneficiary}: it stops {when}, or on its next complete checkpoint"
+        ));
+    }
+    if let Some(other) = reservation_ahead(state, id) {
+        now.push_str(&format!(
+            "; GPUs of its flavor are reserved for job {other} ahead of it (backfill only where it ends in time)"
+        ));
+    }
+    if let Some((pos, len)) = queue_position(state, id) {
+        now.push_str(&format!("; position {pos} of {len} in its queue"));
+    }
+    if matches!(job.phase, Phase::Queued | Phase::Admitted) {
+        match state.reservations().get(&id).and_then(|r| r.start) {
+            Some(t) if t > ctx.now => now.push_str(&format!(
+                "; a reservation guarantees a start {}",
+                relative(t, ctx.now)
+            )),
+            Some(t) => now.push_str(&format!(
+                "; a reservation guarantees a start, due {}",
+                relative(t, ctx.now)
+            )),
+            None => now.push_str("; no start time: no reservation guarantees one"),
+        }
+    }
+    now
 }

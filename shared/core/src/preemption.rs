@@ -497,17 +497,7 @@ fn candidates(
             let Some(c) = state.tenant(t).cohort else {
                 return (out, slack);
             };
-            state
-                .cohort(c)
-                .members
-                .iter()
-                .copied()
-                .filter(|&u| u != t)
-                .filter(|&u| {
-                    let tu = state.tenant(u);
-                    tu.used(f) > tu.quota(f).map_or(0, |q| q.nominal)
-                })
-                .collect()
+            state.borrowers(c, f, t)
         }
         _ => vec![t],
     };

@@ -26,7 +26,7 @@ pub type TenantIdx = u32;
 /// Index of a cohort in the state's cohort table.
 pub type CohortIdx = u32;
 
-/// Where a job is in its life (BRIEF §1).
+/// Where a job is in its life (docs/architecture.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
@@ -640,6 +640,21 @@ impl State {
             .flatten()
             .map(|&(_, j)| j)
     }
+    /// Tenants of cohort `c` other than `except` that use more than their
+    /// nominal quota of flavor `f`: the borrowers a reclaim may take from.
+    pub fn borrowers(&self, c: CohortIdx, f: FlavorIdx, except: TenantIdx) -> Vec<TenantIdx> {
+        self.cohort(c)
+            .members
+            .iter()
+            .copied()
+            .filter(|&u| u != except)
+            .filter(|&u| {
+                let tu = self.tenant(u);
+                tu.used(f) > tu.quota(f).map_or(0, |q| q.nominal)
+            })
+            .collect()
+    }
+
     /// Preempting jobs by deadline.
     pub fn preempting(&self) -> impl Iterator<Item = (Timestamp, JobId)> + '_ {
         self.preempting.iter().copied()
@@ -1156,6 +1171,23 @@ impl State {
                     self.release_reservation(owner);
                 }
             }
+            Event::NodeRejoined { node, .. } => {
+                let n = self.node_checked(*node)?;
+                // Back only once it is lost and every job it held has been
+                // requeued: it returns empty.
+                if n.status != NodeStatus::Lost || !n.jobs.is_empty() {
+                    return Err(ApplyError::IllegalNodeTransition {
+                        node: *node,
+                        from: n.status,
+                        event: ev.kind(),
+                    });
+                }
+                let f = n.flavor;
+                self.capacity.restore_node(*node);
+                self.nodes[node.index()].status = NodeStatus::Ready;
+                self.refresh_schedulable(*node);
+                *at_mut(&mut self.capacity_version, f as usize) += 1;
+            }
             Event::JobSubmitted { job, spec, at } => {
                 if self.jobs.contains_key(job) {
                     return Err(ApplyError::DuplicateJob(*job));
@@ -1366,12 +1398,19 @@ impl State {
                 self.index_preemptible(*job);
                 self.running_version += 1;
             }
-            Event::JobFinished { job, outcome, at } => {
-                self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;
+            Event::JobFinished {
+                job, outcome, at, ..
+            } => {
+                // From Bound too: a worker that could not start fails the job.
+                let legal: &[Phase] = match outcome {
+                    Outcome::Failed => &[Phase::Bound, Phase::Running, Phase::Preempting],
+                    _ => &[Phase::Running, Phase::Preempting],
+                };
+                self.expect_phase(*job, legal, ev.kind())?;
                 self.release(*job);
                 let to = match outcome {
                     Outcome::Succeeded => Phase::Succeeded,
-                    Outcome::Failed => Phase::Failed,
+                    Outcome::Failed | Outcome::TimedOut => Phase::Failed,
                     Outcome::Cancelled => Phase::Cancelled,
                 };
                 self.set_phase(*job, to);
@@ -1799,7 +1838,7 @@ impl State {
     }
 
     /// Recomputes allocations and quota usage from the jobs and checks the
-    /// invariants of BRIEF §8 (1–3). O(state): for tests and replay checks.
+    /// rules of docs/architecture.md, "The rules the core keeps" (1–3). O(state): for tests and replay checks.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.capacity.check_consistency()?;
         let mut node_used = vec![0u64; self.nodes.len()];

@@ -1,5 +1,5 @@
 //! Scenario tests of reclaim, priority preemption, reservations with
-//! backfill, and checkpoint-aware requeues (BRIEF §3–5, invariants 4–5):
+//! backfill, and checkpoint-aware requeues (docs/architecture.md, "Preemption" and "Reservations and backfill"):
 //! each sets up a cluster through events, plays the node agent by hand
 //! (starts, complete checkpoints, finishes, node losses) and asserts one
 //! rule that would fail if the rule broke.
@@ -900,6 +900,8 @@ fn a_cancelled_running_job_holds_its_gpus_until_its_agent_stops_it() {
         job: j,
         outcome: Outcome::Cancelled,
         at: d.now,
+        exits: Vec::new(),
+        reason: None,
     });
     assert_eq!(d.phase(j), Phase::Cancelled);
     assert_eq!(d.state.gpus_in_use(), 0);

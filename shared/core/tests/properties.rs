@@ -1,6 +1,6 @@
 //! Property tests of the scheduling core: random clusters, tenants, jobs and
 //! interleavings of cycles, agent facts, cancellations, cordons and node
-//! losses. After every step the invariants of BRIEF §8 hold (1–3 via
+//! losses. After every step the rules of docs/architecture.md ("The rules the core keeps") hold (1–3 via
 //! `check_invariants`, 8 via the cycle's stats), and the recorded log
 //! replays to the same state hash at every point (invariant 6).
 
@@ -272,6 +272,8 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) -> Option<Vec<Event>> {
                     job: j,
                     outcome,
                     at: d.now,
+                    exits: Vec::new(),
+                    reason: None,
                 });
             }
         }

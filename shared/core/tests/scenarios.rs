@@ -507,7 +507,9 @@ fn illegal_transitions_are_refused_and_change_nothing() {
         .try_apply(Event::JobFinished {
             job: queued,
             outcome: Outcome::Succeeded,
-            at: d.now
+            at: d.now,
+            exits: Vec::new(),
+            reason: None,
         })
         .is_err());
     assert_eq!(
@@ -633,7 +635,9 @@ fn illegal_transitions_are_refused_and_change_nothing() {
         d.try_apply(Event::JobFinished {
             job: queued,
             outcome: Outcome::Succeeded,
-            at: d.now
+            at: d.now,
+            exits: Vec::new(),
+            reason: None,
         }),
         Err(ApplyError::IllegalTransition {
             from: Phase::Bound,

@@ -32,6 +32,32 @@ pub enum Outcome {
     /// Stopped because its user cancelled it (after a final checkpoint
     /// when it checkpoints).
     Cancelled,
+    /// Stopped by its agent for running past its declared maximum runtime
+    /// (after a checkpoint when it checkpoints). The job has ended.
+    TimedOut,
+}
+
+/// How one worker of a job ended, as its node agent saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WorkerExit {
+    /// The worker's rank in the gang.
+    pub rank: u32,
+    /// Its exit code, if it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// The signal that ended it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+}
+
+impl fmt::Display for WorkerExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "worker {} exited with code {c}", self.rank),
+            (None, Some(s)) => write!(f, "worker {} was killed by signal {s}", self.rank),
+            (None, None) => write!(f, "worker {} ended", self.rank),
+        }
+    }
 }
 
 /// Why a running or bound job went back to its queue.
@@ -121,10 +147,22 @@ impl fmt::Display for PendingReason {
                 f,
                 "cohort {cohort} has {lendable_left} GPUs of {flavor} left to lend; tenant uses {used} of nominal {nominal}, needs {need}"
             ),
-            PendingReason::NoDomainFits { flavor, level, workers, gpus_per_worker, largest_free } => write!(
-                f,
-                "no {level} of {flavor} has room for {workers}×{gpus_per_worker} GPUs; largest free {level} has {largest_free}"
-            ),
+            PendingReason::NoDomainFits { flavor, level, workers, gpus_per_worker, largest_free } => {
+                match level.as_str() {
+                    gpusched_model::LEVEL_ANY => write!(
+                        f,
+                        "no room for {workers}×{gpus_per_worker} GPUs of {flavor} anywhere in the cluster; {largest_free} free across the cluster"
+                    ),
+                    gpusched_model::LEVEL_NODE => write!(
+                        f,
+                        "no node of {flavor} has room for {workers}×{gpus_per_worker} GPUs; the most free on one node is {largest_free}"
+                    ),
+                    _ => write!(
+                        f,
+                        "no {level} of {flavor} has room for {workers}×{gpus_per_worker} GPUs; the most free in one {level} is {largest_free}"
+                    ),
+                }
+            }
             PendingReason::BehindHead { head } => write!(f, "strict FIFO: behind blocked head job {head}"),
         }
     }
@@ -184,10 +222,20 @@ impl fmt::Display for RejectReason {
             RejectReason::UnknownTenant { tenant } => write!(f, "tenant: unknown tenant {tenant:?}"),
             RejectReason::UnknownFlavor { flavor } => write!(f, "flavors: unknown flavor {flavor:?}"),
             RejectReason::UnknownLevel { level } => write!(f, "topology: unknown level {level:?}"),
-            RejectReason::GangTooLarge { level, need, largest_domain } => write!(
-                f,
-                "workers: gang of {need} GPUs fits in no {level}; the largest {level} holds {largest_domain} for this shape"
-            ),
+            RejectReason::GangTooLarge { level, need, largest_domain } => match level.as_str() {
+                gpusched_model::LEVEL_ANY => write!(
+                    f,
+                    "workers: a gang of {need} GPUs fits nowhere in the cluster; the whole cluster holds {largest_domain} for this shape"
+                ),
+                gpusched_model::LEVEL_NODE => write!(
+                    f,
+                    "workers: a gang of {need} GPUs fits on no node; the largest node holds {largest_domain} for this shape"
+                ),
+                _ => write!(
+                    f,
+                    "workers: gang of {need} GPUs fits in no {level}; the largest {level} holds {largest_domain} for this shape"
+                ),
+            },
             RejectReason::ExceedsQuotaLimit { need, limit } => write!(
                 f,
                 "workers: gang of {need} GPUs exceeds the tenant's quota limit of {limit}"
@@ -256,7 +304,7 @@ pub enum Aggregate {
     Cluster,
 }
 
-/// Which part of gpusched may write an event kind (BRIEF §9).
+/// Which part of gpusched may write an event kind (docs/architecture.md, "Crates").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Producer {
@@ -393,6 +441,14 @@ pub enum Event {
         outcome: Outcome,
         /// When.
         at: Timestamp,
+        /// How its workers ended, where real node agents ran them (empty for
+        /// a simulated agent).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        exits: Vec<WorkerExit>,
+        /// Why it failed, in words, when that is more than exit codes (a
+        /// command that could not start).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// The user cancelled the job.
     JobCancelled {
@@ -470,10 +526,18 @@ pub enum Event {
         /// When.
         at: Timestamp,
     },
+    /// A lost node's agent registered again: the node takes work again,
+    /// empty (its old jobs were requeued when it was lost).
+    NodeRejoined {
+        /// The node.
+        node: NodeId,
+        /// When.
+        at: Timestamp,
+    },
 }
 
 impl Event {
-    /// The stage allowed to write this kind (BRIEF §9).
+    /// The stage allowed to write this kind (docs/architecture.md, "Crates").
     pub fn producer(&self) -> Producer {
         use Event::*;
         match self {
@@ -482,9 +546,11 @@ impl Event {
             | NodeCordoned { .. }
             | NodeUncordoned { .. }
             | NodeDrained { .. } => Producer::Admin,
-            NodeAdded { .. } | NodeLost { .. } | JobStarted { .. } | JobFinished { .. } => {
-                Producer::Agent
-            }
+            NodeAdded { .. }
+            | NodeLost { .. }
+            | NodeRejoined { .. }
+            | JobStarted { .. }
+            | JobFinished { .. } => Producer::Agent,
             JobSubmitted { .. } | JobCancelled { .. } | JobCancelRequested { .. } => {
                 Producer::Gateway
             }
@@ -529,6 +595,7 @@ impl Event {
             PreemptionPlanned { .. } => "preemption_planned",
             JobPreempted { .. } => "job_preempted",
             ReservationMade { .. } => "reservation_made",
+            NodeRejoined { .. } => "node_rejoined",
         }
     }
 
@@ -543,7 +610,8 @@ impl Event {
             | NodeCordoned { node }
             | NodeUncordoned { node }
             | NodeDrained { node }
-            | NodeLost { node, .. } => Aggregate::Node(*node),
+            | NodeLost { node, .. }
+            | NodeRejoined { node, .. } => Aggregate::Node(*node),
             JobSubmitted { job, .. }
             | JobAccepted { job }
             | JobRejected { job, .. }

@@ -9,6 +9,7 @@
 //! as `gpusched-events`.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// A count of GPUs.
@@ -104,16 +105,20 @@ pub enum QueueingMode {
 #[serde(deny_unknown_fields)]
 pub struct FlavorQuota {
     /// GPU flavor name, e.g. `h100-80g`.
+    #[schema(min_length = 1)]
     pub flavor: String,
     /// GPUs the tenant is entitled to.
+    #[schema(value_type = u32, format = Int64, maximum = 4_294_967_295_u64)]
     pub nominal: Gpus,
     /// GPUs the tenant may use above nominal, borrowed from its cohort;
     /// `None` is unlimited (bounded by the cohort).
     #[serde(default)]
+    #[schema(value_type = Option<u32>, format = Int64, maximum = 4_294_967_295_u64)]
     pub borrowing_limit: Option<Gpus>,
     /// GPUs of its nominal quota the tenant lends to its cohort when idle;
     /// `None` lends all of it.
     #[serde(default)]
+    #[schema(value_type = Option<u32>, format = Int64, maximum = 4_294_967_295_u64)]
     pub lending_limit: Option<Gpus>,
 }
 
@@ -130,12 +135,14 @@ impl FlavorQuota {
 #[serde(deny_unknown_fields)]
 pub struct TenantSpec {
     /// Unique tenant name.
+    #[schema(min_length = 1)]
     pub name: String,
     /// Cohort sharing unused quota; `None` neither lends nor borrows.
     #[serde(default)]
     pub cohort: Option<String>,
     /// Fair-share weight among borrowers (> 0).
     #[serde(default = "default_weight")]
+    #[schema(exclusive_minimum = 0.0, default = 1.0)]
     pub weight: f64,
     /// Strict or best-effort FIFO.
     #[serde(default)]
@@ -185,6 +192,7 @@ pub struct NodeSpec {
 #[serde(deny_unknown_fields)]
 pub struct CheckpointPolicy {
     /// Seconds between checkpoint starts.
+    #[schema(minimum = 1)]
     pub interval_s: u64,
     /// Seconds one checkpoint takes to complete.
     pub duration_s: u64,
@@ -195,13 +203,16 @@ pub struct CheckpointPolicy {
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// Tenant (queue) the job runs under.
+    #[schema(min_length = 1)]
     pub tenant: String,
     /// Priority; higher runs first within a tenant.
     #[serde(default)]
     pub priority: i32,
     /// Workers in the gang (all start together or none does).
+    #[schema(minimum = 1, format = Int64, maximum = 4_294_967_295_u64)]
     pub workers: u32,
     /// GPUs each worker needs on one node.
+    #[schema(value_type = u32, minimum = 1, format = Int64, maximum = 4_294_967_295_u64)]
     pub gpus_per_worker: Gpus,
     /// Acceptable flavors, most preferred first; empty means the tenant's
     /// flavors in the tenant's order.
@@ -219,7 +230,58 @@ pub struct JobSpec {
     pub checkpoint: Option<CheckpointPolicy>,
     /// Declared maximum runtime in seconds, if any.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_runtime_s: Option<u64>,
+    /// What each worker runs: the program and its arguments (argv). Empty
+    /// for a job played by a simulated agent; a real node agent fails a job
+    /// without one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Environment added to each worker's (gpusched's own variables win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory of each worker on its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// The signal that asks the job for a checkpoint (`SIGUSR1` when unset):
+    /// a name such as `SIGUSR2` or `USR2`, or a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_signal: Option<String>,
+}
+
+/// Signal names a job may ask to be checkpointed with, and their numbers
+/// (Linux).
+pub const CHECKPOINT_SIGNALS: [(&str, i32); 6] = [
+    ("SIGUSR1", 10),
+    ("SIGUSR2", 12),
+    ("SIGHUP", 1),
+    ("SIGINT", 2),
+    ("SIGTERM", 15),
+    ("SIGQUIT", 3),
+];
+
+/// The checkpoint signal's number, from a name (`SIGUSR2`, `USR2`,
+/// `sigusr2`) or a number; `None` when it is not one jobs may use.
+pub fn checkpoint_signal_number(spec: Option<&str>) -> Option<i32> {
+    let Some(raw) = spec else {
+        return Some(CHECKPOINT_SIGNALS[0].1);
+    };
+    let name = raw.trim().to_ascii_uppercase();
+    if let Ok(n) = name.parse::<i32>() {
+        return CHECKPOINT_SIGNALS
+            .iter()
+            .find(|(_, num)| *num == n)
+            .map(|(_, num)| *num);
+    }
+    let full = if name.starts_with("SIG") {
+        name
+    } else {
+        format!("SIG{name}")
+    };
+    CHECKPOINT_SIGNALS
+        .iter()
+        .find(|(n, _)| *n == full)
+        .map(|(_, num)| *num)
 }
 
 fn default_topology() -> String {
@@ -259,6 +321,25 @@ impl JobSpec {
         }
         if self.max_runtime_s == Some(0) {
             return Err(FieldError::new("max_runtime_s", "must be at least 1"));
+        }
+        if self.command.first().is_some_and(|c| c.trim().is_empty()) {
+            return Err(FieldError::new("command", "the program must not be empty"));
+        }
+        if self
+            .env
+            .keys()
+            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+        {
+            return Err(FieldError::new(
+                "env",
+                "names must be non-empty, without '=' or NUL",
+            ));
+        }
+        if checkpoint_signal_number(self.checkpoint_signal.as_deref()).is_none() {
+            return Err(FieldError::new(
+                "checkpoint_signal",
+                "must be one of SIGUSR1, SIGUSR2, SIGHUP, SIGINT, SIGTERM, SIGQUIT",
+            ));
         }
         if self.flavors.iter().any(|f| f.trim().is_empty()) {
             return Err(FieldError::new("flavors", "must not contain empty names"));
@@ -352,6 +433,10 @@ mod tests {
             preemptible: true,
             checkpoint: None,
             max_runtime_s: None,
+            command: Vec::new(),
+            env: Default::default(),
+            working_dir: None,
+            checkpoint_signal: None,
         }
     }
 

@@ -151,6 +151,8 @@ impl SimulatedAgent {
                         job,
                         outcome,
                         at: now,
+                        exits: Vec::new(),
+                        reason: None,
                     });
                 }
             }

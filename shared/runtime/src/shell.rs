@@ -38,6 +38,10 @@ pub struct StackArgs {
     /// Run the database migrations on start.
     #[arg(long, env = "GPUSCHED_MIGRATE", default_value_t = true, action = clap::ArgAction::Set)]
     pub migrate: bool,
+    /// Create the database named in --database-url if it does not exist
+    /// (for a first run on a fresh server; the role needs CREATEDB).
+    #[arg(long, env = "GPUSCHED_CREATE_DATABASE")]
+    pub create_database: bool,
 }
 
 /// Open connections to the log and the bus.
@@ -57,6 +61,15 @@ impl StackArgs {
     /// Connects to Postgres (migrating if asked) and NATS.
     pub async fn connect(&self, service: &str) -> anyhow::Result<Connections> {
         use anyhow::Context;
+        if self.create_database
+            && EventStore::create_database_if_missing(&self.database_url)
+                .await
+                .with_context(|| {
+                    format!("--create-database: cannot create {}", self.database_url)
+                })?
+        {
+            tracing::info!(url = %self.database_url, "created the database");
+        }
         let store = EventStore::connect(&self.database_url, 4)
             .await
             .with_context(|| format!("--database-url {}: cannot connect", self.database_url))?;

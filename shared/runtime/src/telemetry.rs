@@ -69,7 +69,13 @@ pub fn init_tracing_with(service: &str, default_filter: &str) -> TelemetryGuard 
     }
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: never escape codes in a
+    // redirected log, and never when NO_COLOR is set.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let wants_otel = std::env::var(OTLP_ENDPOINT_ENV).is_ok_and(|v| !v.trim().is_empty());
     let (provider, failure) = if wants_otel {
         match otlp_provider(service) {

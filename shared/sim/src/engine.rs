@@ -435,6 +435,8 @@ impl Simulator {
                         job,
                         outcome: Outcome::Succeeded,
                         at: self.now,
+                        exits: Vec::new(),
+                        reason: None,
                     })?;
                 }
             }

@@ -58,6 +58,10 @@ fn job(
         preemptible: true,
         checkpoint,
         max_runtime_s: None,
+        command: Vec::new(),
+        env: Default::default(),
+        working_dir: None,
+        checkpoint_signal: None,
     }
 }
 

@@ -75,6 +75,10 @@ async fn run(
                         preemptible: true,
                         checkpoint: None,
                         max_runtime_s: Some(86_400),
+                        command: Vec::new(),
+                        env: Default::default(),
+                        working_dir: None,
+                        checkpoint_signal: None,
                     },
                     at: Timestamp(job.0 * 1000),
                 });

@@ -2,7 +2,7 @@
 //!
 //! Owns: the `leases` table. A lease is taken when free or expired and each
 //! takeover increments its epoch; appends carry the epoch (`Fence`) and the
-//! store refuses any that is not the lease's current one (BRIEF §1).
+//! store refuses any that is not the lease's current one (docs/architecture.md, "One writer per stage").
 //!
 //! Must never: decrease an epoch, hand an unexpired lease to another holder,
 //! or use the client's clock (expiry is judged by Postgres's `now()`).

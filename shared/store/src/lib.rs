@@ -1,6 +1,6 @@
-//! gpusched store: the durable event log in Postgres (BRIEF §7) and the
-//! fencing leases that make one instance per partition the only writer
-//! (BRIEF §1).
+//! gpusched store: the durable event log in Postgres and the fencing leases
+//! that make one instance per partition the only writer (docs/architecture.md,
+//! "Services: one log, many writers").
 //!
 //! Owns: the `events` and `leases` tables and their migrations
 //! (`migrations/` at the workspace root, embedded), batched fenced appends,
@@ -40,7 +40,7 @@ use chrono::{DateTime, Utc};
 use gpusched_core::State;
 use gpusched_events::Event;
 use gpusched_model::JobId;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -194,13 +194,32 @@ impl EventStore {
         EventStore { pool }
     }
 
-    /// Connects to `url` with a pool of up to `max_connections`.
+    /// Connects to `url` with a pool of up to `max_connections`. Server
+    /// notices below warnings (such as "relation … already exists,
+    /// skipping" from an idempotent migration) are not sent to the client.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let options: PgConnectOptions = url.parse()?;
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .connect(url)
+            .connect_with(options.options([("client_min_messages", "warning")]))
             .await?;
         Ok(EventStore { pool })
+    }
+
+    /// Creates the database `url` names when it does not exist yet; true if
+    /// this call created it. Safe to race: several services started together
+    /// with `--create-database` all succeed.
+    pub async fn create_database_if_missing(url: &str) -> Result<bool> {
+        use sqlx::migrate::MigrateDatabase;
+        if sqlx::Postgres::database_exists(url).await? {
+            return Ok(false);
+        }
+        match sqlx::Postgres::create_database(url).await {
+            Ok(()) => Ok(true),
+            // Another process created it between the check and the create.
+            Err(_) if sqlx::Postgres::database_exists(url).await? => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The underlying pool (for SQL incident review and tests).

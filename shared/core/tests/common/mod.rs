@@ -97,6 +97,10 @@ pub fn job(tenant: &str, workers: u32, gpw: Gpus, topology: &str) -> JobSpec {
         preemptible: true,
         checkpoint: None,
         max_runtime_s: None,
+        command: Vec::new(),
+        env: Default::default(),
+        working_dir: None,
+        checkpoint_signal: None,
     }
 }
 
@@ -311,6 +315,8 @@ impl Driver {
             job: id,
             outcome: Outcome::Succeeded,
             at: self.now,
+            exits: Vec::new(),
+            reason: None,
         });
     }
 

@@ -26,6 +26,10 @@ pub fn job_spec(t: &str, workers: u32, gpw: u32, priority: i32) -> JobSpec {
         preemptible: true,
         checkpoint: None,
         max_runtime_s: Some(3600),
+        command: Vec::new(),
+        env: Default::default(),
+        working_dir: None,
+        checkpoint_signal: None,
     }
 }
 
@@ -154,6 +158,8 @@ pub fn scheduling_run() -> Run {
                     job: *j,
                     outcome: Outcome::Succeeded,
                     at: now,
+                    exits: Vec::new(),
+                    reason: None,
                 });
             }
         }

@@ -1,0 +1,139 @@
+//! Explain's words: durations, times relative to now or to a job's
+//! submission, topology levels and short lists, in the user's terms.
+//!
+//! Owns: how a time, a level or a list of jobs reads. Times are log times
+//! (the clock the events carry); a raw epoch number is never printed.
+//!
+//! Must never: read a clock, or decide anything.
+
+use gpusched_events::RejectReason;
+use gpusched_model::{JobId, Timestamp, LEVEL_ANY, LEVEL_NODE};
+
+/// A duration in words: `0.3 s`, `42 s`, `3 min 20 s`, `1 h 5 min`, `2 d 3 h`.
+pub fn duration(ms: u64) -> String {
+    if ms < 10_000 {
+        return format!("{:.1} s", ms as f64 / 1000.0);
+    }
+    let s = ms / 1000;
+    let two = |big: u64, big_unit: &str, small: u64, small_unit: &str| {
+        if small == 0 {
+            format!("{big} {big_unit}")
+        } else {
+            format!("{big} {big_unit} {small} {small_unit}")
+        }
+    };
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3_599 => two(s / 60, "min", s % 60, "s"),
+        3_600..=86_399 => two(s / 3_600, "h", s % 3_600 / 60, "min"),
+        _ => two(s / 86_400, "d", s % 86_400 / 3_600, "h"),
+    }
+}
+
+/// A duration declared in seconds by a job's specification (its own clock).
+pub fn declared(secs: u64) -> String {
+    duration(secs.saturating_mul(1000))
+}
+
+/// A time relative to now: `in 1 h 5 min`, `12 s ago`, `now`.
+pub fn relative(t: Timestamp, now: Timestamp) -> String {
+    match t.cmp(&now) {
+        std::cmp::Ordering::Greater => format!("in {}", duration(t.millis_since(now))),
+        std::cmp::Ordering::Less => format!("{} ago", duration(now.millis_since(t))),
+        std::cmp::Ordering::Equal => "now".to_string(),
+    }
+}
+
+/// A time as an offset from a job's submission (`+3 min 20 s`), without padding.
+pub fn offset(t: Timestamp, t0: Timestamp) -> String {
+    if t >= t0 {
+        format!("+{}", duration(t.millis_since(t0)))
+    } else {
+        format!("-{}", duration(t0.millis_since(t)))
+    }
+}
+
+/// Where a gang must fit, after its GPU count: `anywhere in the cluster`,
+/// `on one node`, `in one block`.
+pub fn within(level: &str) -> String {
+    match level {
+        LEVEL_ANY => "anywhere in the cluster".to_string(),
+        LEVEL_NODE => "on one node".to_string(),
+        l => format!("in one {l}"),
+    }
+}
+
+/// GPU-milliseconds as GPU-hours.
+pub fn gpu_hours(gpu_ms: u64) -> String {
+    format!("{:.2} GPU-hours", gpu_ms as f64 / 3_600_000.0)
+}
+
+/// At most `max` items joined by commas, then `and N more`.
+pub fn list(items: &[String], max: usize) -> String {
+    let shown = items
+        .iter()
+        .take(max)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > max {
+        format!("{shown} and {} more", items.len() - max)
+    } else {
+        shown
+    }
+}
+
+/// `job 3` or `jobs 3, 5`.
+pub fn jobs(ids: &[JobId]) -> String {
+    let names: Vec<String> = ids.iter().map(|j| j.to_string()).collect();
+    match ids.len() {
+        1 => format!("job {}", names[0]),
+        _ => format!("jobs {}", list(&names, 8)),
+    }
+}
+
+/// A rejection in the user's words: a gang too large for its level names
+/// the level as a place (`fits nowhere in the cluster`, `on no node`).
+pub fn rejection(r: &RejectReason) -> String {
+    match r {
+        RejectReason::GangTooLarge {
+            level,
+            need,
+            largest_domain,
+        } => match level.as_str() {
+            LEVEL_ANY => format!(
+                "workers: a gang of {need} GPUs fits nowhere in the cluster; the whole cluster holds {largest_domain} for this shape"
+            ),
+            LEVEL_NODE => format!(
+                "workers: a gang of {need} GPUs fits on no node; one node holds at most {largest_domain} for this shape"
+            ),
+            l => format!(
+                "workers: a gang of {need} GPUs fits in no {l}; one {l} holds at most {largest_domain} for this shape"
+            ),
+        },
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_in_at_most_two_units() {
+        assert_eq!(duration(300), "0.3 s");
+        assert_eq!(duration(42_000), "42 s");
+        assert_eq!(duration(200_000), "3 min 20 s");
+        assert_eq!(duration(600_000), "10 min");
+        assert_eq!(duration(3_900_000), "1 h 5 min");
+        assert_eq!(duration(2 * 86_400_000 + 3 * 3_600_000), "2 d 3 h");
+    }
+
+    #[test]
+    fn times_read_relative_to_now() {
+        let now = Timestamp::from_secs(1_796_057_012);
+        assert_eq!(relative(now.plus_secs(3_900), now), "in 1 h 5 min");
+        assert_eq!(relative(Timestamp(now.0 - 12_000), now), "12 s ago");
+        assert_eq!(relative(now, now), "now");
+    }
+}
