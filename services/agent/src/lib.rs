@@ -2,8 +2,22 @@
 //! registers the cluster file's nodes and runs the jobs bound to them in
 //! scaled real time (`gpusched_runtime::SimulatedAgent`).
 //!
+//! For real nodes it holds the parts that run processes: `process` (the
+//! operating-system side: worker processes in their own process groups,
+//! their logs, checkpoint markers, orphan records) and `protocol` (what an
+//! agent and the node relay say to each other over NATS).
+//!
 //! Owns: `NodeAdded`, `JobStarted`, `JobCheckpointed`, `JobFinished` for
-//! its nodes. Must never: decide where or whether a job runs.
+//! its nodes. Must never: decide where or whether a job runs, or signal a
+//! process it cannot prove is its worker.
+
+pub mod node;
+pub mod process;
+pub mod relay;
+pub mod relay_service;
+
+pub use gpusched_bus::node as protocol;
+pub use gpusched_bus::node_net as net;
 
 /// Lease and consumer name.
 pub const SERVICE: &str = "agent";

@@ -1,18 +1,52 @@
 //! `gpusched-agent`: the node agent process.
+//!
+//! - `gpusched-agent node …`: the real agent of one node (NATS only).
+//! - `gpusched-agent relay …`: the node relay, the leased writer between
+//!   agents and the log.
+//! - `gpusched-agent [--simulate] …`: simulated nodes from a cluster file
+//!   (load tests, demos).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-use clap::Parser;
+use anyhow::Context;
+use clap::{Args as ClapArgs, Parser, Subcommand};
+use gpusched_agent::net::NodeNet;
+use gpusched_agent::node::{run_node, NodeConfig};
+use gpusched_agent::relay::RelayConfig;
+use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
 use gpusched_agent::{agent_config, load_cluster, SERVICE};
 use gpusched_runtime::{SimulatedAgent, StackArgs};
 
-/// Registers nodes and reports what runs on them.
+/// Registers nodes and runs what is bound to them.
 #[derive(Parser, Debug)]
-#[command(name = "gpusched-agent", version)]
+#[command(
+    name = "gpusched-agent",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    sim: SimArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the jobs bound to this node as real processes (one agent per node).
+    Node(NodeArgs),
+    /// The node relay: node orders from the log, agents' reports into events.
+    Relay(RelayArgs),
+}
+
+/// The simulated agent (no subcommand).
+#[derive(ClapArgs, Debug)]
+struct SimArgs {
     #[command(flatten)]
     stack: StackArgs,
-    /// Simulate the nodes and their jobs (the only mode so far).
+    /// Simulate the nodes and their jobs.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     simulate: bool,
     /// Cluster file whose nodes this agent runs (default: the demo cluster).
@@ -30,11 +64,164 @@ struct Args {
     configure: bool,
 }
 
+#[derive(ClapArgs, Debug)]
+struct NetArgs {
+    /// NATS server the agents and the relay share.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// Root of subject names (`<ROOT>.node.…`).
+    #[arg(long, env = "GPUSCHED_NAMESPACE", default_value = "gpusched")]
+    namespace: String,
+}
+
+#[derive(ClapArgs, Debug)]
+struct NodeArgs {
+    #[command(flatten)]
+    net: NetArgs,
+    /// This node's name, unique in the cluster (default: the host name).
+    #[arg(long, env = "GPUSCHED_NODE_NAME")]
+    name: Option<String>,
+    /// GPU flavor of every GPU on the node, e.g. h100-80g.
+    #[arg(long, env = "GPUSCHED_FLAVOR")]
+    flavor: String,
+    /// GPU indices this agent hands out, e.g. 0,1,2,3.
+    #[arg(long, env = "GPUSCHED_GPUS", value_delimiter = ',', required = true)]
+    gpus: Vec<u32>,
+    /// Topology path, outermost level first, e.g. rack-1/block-2 (one entry
+    /// per configured level).
+    #[arg(long, env = "GPUSCHED_TOPOLOGY", default_value = "")]
+    path: String,
+    /// Worker records and the registration counter.
+    #[arg(
+        long,
+        env = "GPUSCHED_STATE_DIR",
+        default_value = "/var/lib/gpusched-agent"
+    )]
+    state_dir: PathBuf,
+    /// Worker logs (default: <state-dir>/logs).
+    #[arg(long, env = "GPUSCHED_LOG_DIR")]
+    log_dir: Option<PathBuf>,
+    /// Checkpoints, on storage shared by every node of the flavor (default:
+    /// <state-dir>/checkpoints, which is only right for a single node).
+    #[arg(long, env = "GPUSCHED_CHECKPOINT_DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Status at least this often, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    heartbeat_s: f64,
+    /// SIGTERM to SIGKILL, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    kill_grace_s: f64,
+    /// A job past its max runtime gets this long to checkpoint, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    timeout_grace_s: f64,
+    /// A worker's log is rotated past this many MiB.
+    #[arg(long, default_value_t = 64)]
+    log_cap_mib: u64,
+}
+
+#[derive(ClapArgs, Debug)]
+struct RelayArgs {
+    #[command(flatten)]
+    stack: StackArgs,
+    /// Silence after which a node is lost and its jobs requeued, seconds.
+    #[arg(long, env = "GPUSCHED_NODE_TIMEOUT_S", default_value_t = 30.0)]
+    node_timeout_s: f64,
+    /// A cancelled running job gets this long to checkpoint and stop, seconds.
+    #[arg(long, default_value_t = 120.0)]
+    cancel_grace_s: f64,
+}
+
+fn seconds(flag: &str, v: f64) -> anyhow::Result<Duration> {
+    if !(v > 0.0 && v.is_finite()) {
+        anyhow::bail!("{flag}: must be a positive number of seconds");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    match args.cmd {
+        Some(Cmd::Node(a)) => node(a).await,
+        Some(Cmd::Relay(a)) => relay(a).await,
+        None => simulate(args.sim).await,
+    }
+}
+
+async fn node(a: NodeArgs) -> anyhow::Result<()> {
+    let _telemetry = gpusched_runtime::init_tracing(SERVICE);
+    let name = match a.name {
+        Some(n) => n,
+        None => std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.trim().is_empty())
+            .context("--name: no node name given and HOSTNAME is not set")?,
+    };
+    let path: Vec<String> = a
+        .path
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    let cfg = NodeConfig {
+        name,
+        flavor: a.flavor,
+        gpu_indices: a.gpus,
+        path,
+        log_dir: a.log_dir.unwrap_or_else(|| a.state_dir.join("logs")),
+        checkpoint_dir: a
+            .checkpoint_dir
+            .unwrap_or_else(|| a.state_dir.join("checkpoints")),
+        state_dir: a.state_dir,
+        heartbeat: seconds("--heartbeat-s", a.heartbeat_s)?,
+        kill_grace: seconds("--kill-grace-s", a.kill_grace_s)?,
+        timeout_grace: seconds("--timeout-grace-s", a.timeout_grace_s)?,
+        log_cap_bytes: a.log_cap_mib.saturating_mul(1 << 20),
+        poll: Duration::from_millis(200),
+    };
+    cfg.spec()
+        .check_fields(cfg.path.len())
+        .map_err(|e| anyhow::anyhow!("node configuration: {e}"))?;
+    let client = gpusched_bus::async_nats::connect(&a.net.nats_url)
+        .await
+        .with_context(|| format!("--nats-url {}: cannot connect", a.net.nats_url))?;
+    let shutdown = gpusched_runtime::shutdown_signal();
+    run_node(cfg, NodeNet::Nats(client), a.net.namespace, shutdown).await
+}
+
+async fn relay(a: RelayArgs) -> anyhow::Result<()> {
+    let _telemetry = gpusched_runtime::init_tracing(RELAY_SERVICE);
+    let conns = a.stack.connect(RELAY_SERVICE).await?;
+    let client = gpusched_bus::async_nats::connect(&a.stack.nats_url)
+        .await
+        .with_context(|| format!("--nats-url {}: cannot connect", a.stack.nats_url))?;
+    let cfg = RelayConfig {
+        node_timeout_ms: seconds("--node-timeout-s", a.node_timeout_s)?.as_millis() as u64,
+        cancel_grace_ms: seconds("--cancel-grace-s", a.cancel_grace_s)?.as_millis() as u64,
+        ..RelayConfig::default()
+    };
+    let mut service = gpusched_runtime::ServiceConfig::new(RELAY_SERVICE, &conns.instance);
+    service.lease_ttl = conns.lease_ttl;
+    let shutdown = gpusched_runtime::shutdown_signal();
+    tracing::info!(instance = %conns.instance, "node relay starting");
+    serve_relay(
+        conns.log,
+        conns.bus,
+        NodeNet::Nats(client),
+        a.stack.namespace,
+        cfg,
+        service,
+        shutdown,
+        Arc::new(RelayStats::default()),
+    )
+    .await
+}
+
+async fn simulate(args: SimArgs) -> anyhow::Result<()> {
     if !args.simulate {
-        anyhow::bail!("--simulate false: only simulated agents exist so far");
+        anyhow::bail!(
+            "--simulate false: run real nodes with `gpusched-agent node` (and one `gpusched-agent relay`)"
+        );
     }
     if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
         anyhow::bail!("--time-scale: must be a positive number");

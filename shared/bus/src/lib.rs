@@ -4,7 +4,9 @@
 //! [`encode`], [`decode`]), the subject and stream names ([`Namespace`]),
 //! stream setup ([`ensure_stream`]), pipelined publishing with an idempotency
 //! key ([`Publisher`]) and durable pull consumption with explicit acks
-//! ([`Subscriber`]).
+//! ([`Subscriber`]); and the node protocol between node agents and the node
+//! relay ([`node`]) over core NATS subjects or an in-process hub
+//! ([`node_net`]).
 //!
 //! Must never: decide anything about scheduling or change scheduler state
 //! (that is `gpusched-core`), treat JetStream as the source of truth (the
@@ -18,6 +20,8 @@
 mod envelope;
 mod error;
 mod naming;
+pub mod node;
+pub mod node_net;
 mod publisher;
 mod subscriber;
 

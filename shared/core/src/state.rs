@@ -153,6 +153,10 @@ pub struct Job {
     pub preemptions: u32,
     /// While preempting: the deadline and the beneficiary.
     pub preempt: Option<(Timestamp, JobId)>,
+    /// When it was last chosen as a victim: only a checkpoint completed
+    /// since then makes it ready to stop (one completed before, reported
+    /// late, saved work but did not stop it).
+    pub chosen_at: Option<Timestamp>,
     /// While bound or running on nodes reserved for another job: that job.
     pub backfill_for: Option<JobId>,
     /// When its user asked to cancel it while it held GPUs; it stops (after
@@ -1222,6 +1226,7 @@ impl State {
                         preempted_at: None,
                         preemptions: 0,
                         preempt: None,
+                        chosen_at: None,
                         backfill_for: None,
                         cancel_requested: None,
                     },
@@ -1491,8 +1496,14 @@ impl State {
                     at: *at,
                     flavor,
                 });
+                let since_chosen = self
+                    .job(*job)
+                    .and_then(|j| j.chosen_at)
+                    .is_none_or(|c| *at >= c);
                 if phase == Phase::Preempting {
-                    self.preempt_ready.insert(*job);
+                    if since_chosen {
+                        self.preempt_ready.insert(*job);
+                    }
                 } else {
                     self.index_preemptible(*job);
                 }
@@ -1540,7 +1551,9 @@ impl State {
                     self.forget_preemptible(v.job);
                     self.set_phase(v.job, Phase::Preempting);
                     self.preempting.insert((v.deadline, v.job));
-                    self.job_mut(v.job)?.preempt = Some((v.deadline, *beneficiary));
+                    let j = self.job_mut(v.job)?;
+                    j.preempt = Some((v.deadline, *beneficiary));
+                    j.chosen_at = Some(*at);
                 }
                 self.plans
                     .insert(*beneficiary, victims.iter().map(|v| v.job).collect());
