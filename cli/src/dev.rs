@@ -14,6 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use gpusched_agent::net::{LocalHub, NodeNet};
+use gpusched_agent::node::{run_node, NodeConfig};
+use gpusched_agent::relay::RelayConfig;
+use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
 use gpusched_core::{CycleConfig, Phase};
 use gpusched_runtime::{
     bootstrap_cluster, read_view, run_service, Bus, Decider, Log, MemLog, Projection,
@@ -62,6 +66,24 @@ pub struct DevArgs {
     /// Workload seed.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Who runs the jobs: `simulated` plays them in scaled time;
+    /// `process` runs each job's command as real processes on fake nodes of
+    /// the cluster (one in-process node agent per node and the node relay).
+    #[arg(long, value_enum, default_value = "simulated")]
+    agents: Agents,
+    /// Process agents keep worker state, logs and checkpoints here
+    /// (default: a new directory under the system's temporary directory).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+/// Who runs the jobs in `gpusched dev`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Agents {
+    /// The simulated agent (scaled time, no processes).
+    Simulated,
+    /// Real processes on fake nodes.
+    Process,
 }
 
 fn spawn_service<D: Decider + 'static, F: Fn() -> D + Send + 'static>(
@@ -83,6 +105,68 @@ fn spawn_service<D: Decider + 'static, F: Fn() -> D + Send + 'static>(
             tracing::error!(service = %name, error = %e, "service stopped");
         }
     }));
+}
+
+/// Subject root of the in-process node network of `gpusched dev`.
+const DEV_NODE_ROOT: &str = "dev";
+
+/// The node relay and one node agent per node of the cluster, in this
+/// process, over an in-process node network; every job runs as real
+/// processes. Returns the network (the gateway reads logs over it).
+fn spawn_process_agents(
+    log: &Log,
+    bus: &Bus,
+    nodes: &[gpusched_model::NodeSpec],
+    work_dir: Option<PathBuf>,
+    shutdown: &CancellationToken,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Result<NodeNet> {
+    let dir = work_dir.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("gpusched-dev-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir).with_context(|| format!("--work-dir {}", dir.display()))?;
+    eprintln!(
+        "process agents: {} nodes; worker logs, state and checkpoints under {}",
+        nodes.len(),
+        dir.display()
+    );
+    let net = NodeNet::Local(LocalHub::new());
+    let (l, b, n, s) = (log.clone(), bus.clone(), net.clone(), shutdown.clone());
+    let holder = format!("dev-{}", std::process::id());
+    tasks.push(tokio::spawn(async move {
+        let cfg = ServiceConfig::new(RELAY_SERVICE, &holder);
+        let stats = Arc::new(RelayStats::default());
+        let relay = RelayConfig::default();
+        if let Err(e) = serve_relay(l, b, n, DEV_NODE_ROOT.into(), relay, cfg, s, stats).await {
+            tracing::error!(error = %e, "node relay stopped");
+        }
+    }));
+    for spec in nodes {
+        let node_dir = dir.join("nodes").join(&spec.name);
+        let cfg = NodeConfig {
+            name: spec.name.clone(),
+            flavor: spec.flavor.clone(),
+            gpu_indices: (0..spec.gpus).collect(),
+            path: spec.path.clone(),
+            state_dir: node_dir.join("state"),
+            log_dir: node_dir.join("logs"),
+            // Shared by every node of the flavor, as on a real cluster.
+            checkpoint_dir: dir.join("checkpoints").join(&spec.flavor),
+            heartbeat: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(5),
+            timeout_grace: Duration::from_secs(30),
+            log_cap_bytes: 64 << 20,
+            poll: Duration::from_millis(500),
+        };
+        let (n, s) = (net.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            let name = cfg.name.clone();
+            if let Err(e) = run_node(cfg, n, DEV_NODE_ROOT.into(), s).await {
+                tracing::error!(node = %name, error = %e, "node agent stopped");
+            }
+        }));
+    }
+    Ok(net)
 }
 
 pub fn run(args: DevArgs) -> Result<()> {
@@ -174,15 +258,28 @@ async fn dev(args: DevArgs) -> Result<()> {
         &mut tasks,
     );
     let agent_cfg = gpusched_agent::agent_config(&cluster, args.time_scale, 600);
-    spawn_service(
-        gpusched_agent::SERVICE,
-        &log,
-        &bus,
-        move || SimulatedAgent::new(agent_cfg.clone()),
-        &shutdown,
-        &mut stats,
-        &mut tasks,
-    );
+    let node_net = match args.agents {
+        Agents::Simulated => {
+            spawn_service(
+                gpusched_agent::SERVICE,
+                &log,
+                &bus,
+                move || SimulatedAgent::new(agent_cfg.clone()),
+                &shutdown,
+                &mut stats,
+                &mut tasks,
+            );
+            None
+        }
+        Agents::Process => Some(spawn_process_agents(
+            &log,
+            &bus,
+            &agent_cfg.nodes,
+            args.work_dir.clone(),
+            &shutdown,
+            &mut tasks,
+        )?),
+    };
     let mut tokens = args.auth.tokens()?;
     let generated = if tokens.is_empty() {
         let t = uuid::Uuid::new_v4().simple().to_string();
@@ -191,8 +288,9 @@ async fn dev(args: DevArgs) -> Result<()> {
     } else {
         None
     };
-    let (gw, gw_tasks) =
+    let (mut gw, gw_tasks) =
         gpusched_gateway::start(log.clone(), bus.clone(), &holder, tokens, shutdown.clone());
+    gw.node_net = node_net.map(|n| (n, DEV_NODE_ROOT.to_string()));
     tasks.extend(gw_tasks);
     if !args.no_api {
         match tokio::net::TcpListener::bind(args.listen).await {
@@ -232,6 +330,12 @@ async fn dev(args: DevArgs) -> Result<()> {
         .into_submissions()
         .map(|(_, mut spec, duration_s)| {
             spec.max_runtime_s = Some(duration_s);
+            if args.agents == Agents::Process {
+                // A real process that runs as long as the simulated job would.
+                let secs = (duration_s as f64 / args.time_scale).ceil().max(1.0);
+                spec.command = vec!["sleep".into(), format!("{secs}")];
+                spec.checkpoint = None;
+            }
             spec
         })
         .collect();

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use gpusched_core::{Job, NodeStatus as NodeHealth, Phase, State};
+use gpusched_core::{worker_nodes, Job, NodeStatus as NodeHealth, Phase, State};
 use gpusched_events::{Event, Outcome, WorkerExit};
 use gpusched_model::{JobId, NodeId, Timestamp};
 
@@ -108,15 +108,16 @@ pub fn current_run(j: &Job) -> u32 {
 
 /// The ranks of `job` on `node`, in gang order, with each one's local rank.
 pub fn ranks_on(j: &Job, node: NodeId) -> Vec<(u32, u32)> {
-    let per = j.spec.gpus_per_worker.max(1);
-    let mut rank = 0;
+    let mut local = 0;
     let mut out = Vec::new();
-    for a in &j.assignments {
-        let n = a.gpus / per;
-        if a.node == node {
-            out.extend((0..n).map(|i| (rank + i, i)));
+    for (rank, n) in worker_nodes(&j.assignments, j.spec.gpus_per_worker)
+        .into_iter()
+        .enumerate()
+    {
+        if n == node {
+            out.push((u32::try_from(rank).unwrap_or(u32::MAX), local));
+            local += 1;
         }
-        rank += n;
     }
     out
 }

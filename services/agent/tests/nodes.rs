@@ -1,352 +1,19 @@
-//! Real jobs through the whole scheduler: the admission, quota, placement
-//! and preemption stages, the node relay and node agents in this process
-//! (over the embedded log and the in-process node network), and every
-//! worker a real child process (`tests/fixtures/trainer.sh`) with real
-//! signals. GPU indices come from config; no GPU is needed.
+//! Real jobs through the whole scheduler, each worker a real process: see
+//! `common` for the harness.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use gpusched_agent::net::{LocalHub, NodeNet};
-use gpusched_agent::node::{run_node, NodeConfig};
+use common::*;
+use gpusched_agent::net::NodeNet;
 use gpusched_agent::protocol::{status_subject, NodeStatus, WorkerKey, WorkerState, WorkerStatus};
-use gpusched_agent::relay::RelayConfig;
-use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
-use gpusched_core::{CycleConfig, Phase};
+use gpusched_core::Phase;
 use gpusched_events::{Event, Outcome};
-use gpusched_model::{CheckpointPolicy, FlavorQuota, JobId, JobSpec, QueueingMode, TenantSpec};
-use gpusched_runtime::{
-    bootstrap_cluster, read_view, run_service, Bus, Decider, Log, MemLog, ServiceConfig,
-    ServiceStats,
-};
-use tokio_util::sync::CancellationToken;
-
-const ROOT: &str = "t";
-const FLAVOR: &str = "h100";
-
-fn trainer() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/trainer.sh")
-        .display()
-        .to_string()
-}
-
-fn tenant(name: &str, nominal: u32) -> TenantSpec {
-    TenantSpec {
-        name: name.into(),
-        cohort: Some("c".into()),
-        weight: 1.0,
-        queueing: QueueingMode::BestEffortFifo,
-        quotas: vec![FlavorQuota {
-            flavor: FLAVOR.into(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-        }],
-        priority_preemption: false,
-    }
-}
-
-/// A one-GPU-per-worker job running the trainer with these knobs.
-fn job(tenant: &str, workers: u32, knobs: &[(&str, &str)]) -> JobSpec {
-    let env: BTreeMap<String, String> = knobs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    JobSpec {
-        tenant: tenant.into(),
-        priority: 0,
-        workers,
-        gpus_per_worker: 1,
-        flavors: vec![],
-        topology: "any".into(),
-        preemptible: true,
-        checkpoint: None,
-        max_runtime_s: None,
-        command: vec!["sh".into(), trainer()],
-        env,
-        working_dir: None,
-        checkpoint_signal: None,
-    }
-}
-
-struct Cluster {
-    log: Log,
-    net: NodeNet,
-    gw: gpusched_gateway::Gateway,
-    dir: tempfile::TempDir,
-    relay: Arc<RelayStats>,
-    shutdown: CancellationToken,
-    agents: Vec<(String, CancellationToken)>,
-}
-
-fn spawn<D: Decider + 'static>(
-    name: &str,
-    log: &Log,
-    bus: &Bus,
-    make: impl Fn() -> D + Send + 'static,
-    shutdown: &CancellationToken,
-) {
-    let cfg = ServiceConfig::new(name, "test");
-    let (log, bus, shutdown) = (log.clone(), bus.clone(), shutdown.clone());
-    tokio::spawn(async move {
-        let _ = run_service(
-            log,
-            bus,
-            cfg,
-            make,
-            shutdown,
-            Arc::new(ServiceStats::default()),
-        )
-        .await;
-    });
-}
-
-fn node_config(dir: &Path, name: &str, gpus: u32) -> NodeConfig {
-    NodeConfig {
-        name: name.into(),
-        flavor: FLAVOR.into(),
-        gpu_indices: (0..gpus).collect(),
-        path: vec![],
-        state_dir: dir.join(name).join("state"),
-        log_dir: dir.join(name).join("logs"),
-        checkpoint_dir: dir.join("checkpoints"),
-        heartbeat: Duration::from_millis(300),
-        kill_grace: Duration::from_millis(500),
-        timeout_grace: Duration::from_secs(2),
-        log_cap_bytes: 1 << 20,
-        poll: Duration::from_millis(100),
-    }
-}
-
-impl Cluster {
-    /// Tenants, the stages, the relay and one agent per node (one GPU each).
-    async fn start(tenants: Vec<TenantSpec>, nodes: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let log = Log::Memory(MemLog::new());
-        let bus = Bus::memory();
-        let mut config = vec![Event::TopologyConfigured { levels: vec![] }];
-        config.extend(
-            tenants
-                .into_iter()
-                .map(|spec| Event::TenantConfigured { spec }),
-        );
-        bootstrap_cluster(&log, &bus, &config, "test")
-            .await
-            .expect("configure");
-        let shutdown = CancellationToken::new();
-        let mut cycle = CycleConfig::default();
-        cycle.preemption.min_runtime_ms = 0;
-        cycle.preemption.wait_window_ms = 0;
-        cycle.preemption.grace_ms = 3_000;
-        spawn(
-            gpusched_admission::SERVICE,
-            &log,
-            &bus,
-            move || gpusched_admission::AdmissionStage::new(cycle.max_validations),
-            &shutdown,
-        );
-        spawn(
-            gpusched_quota::SERVICE,
-            &log,
-            &bus,
-            move || gpusched_quota::QuotaStage::new(cycle),
-            &shutdown,
-        );
-        spawn(
-            gpusched_placement::SERVICE,
-            &log,
-            &bus,
-            move || gpusched_placement::PlacementStage::new(cycle),
-            &shutdown,
-        );
-        spawn(
-            gpusched_preemption::SERVICE,
-            &log,
-            &bus,
-            move || gpusched_preemption::PreemptionStage::new(cycle),
-            &shutdown,
-        );
-        let net = NodeNet::Local(LocalHub::new());
-        let relay = Arc::new(RelayStats::default());
-        let relay_cfg = RelayConfig {
-            node_timeout_ms: 3_000,
-            ..RelayConfig::default()
-        };
-        {
-            let (log, bus, net, relay, shutdown) = (
-                log.clone(),
-                bus.clone(),
-                net.clone(),
-                relay.clone(),
-                shutdown.clone(),
-            );
-            tokio::spawn(async move {
-                let _ = serve_relay(
-                    log,
-                    bus,
-                    net,
-                    ROOT.into(),
-                    relay_cfg,
-                    ServiceConfig::new(RELAY_SERVICE, "test"),
-                    shutdown,
-                    relay,
-                )
-                .await;
-            });
-        }
-        let (gw, _) = gpusched_gateway::start(
-            log.clone(),
-            bus.clone(),
-            "test",
-            gpusched_gateway::Tokens::default(),
-            shutdown.clone(),
-        );
-        let mut c = Cluster {
-            log,
-            net,
-            gw,
-            dir,
-            relay,
-            shutdown,
-            agents: Vec::new(),
-        };
-        for n in nodes {
-            c.start_agent(n);
-        }
-        c.wait_for("every node registered", |c| c.nodes_ready() == nodes.len())
-            .await;
-        c
-    }
-
-    fn start_agent(&mut self, name: &str) {
-        let token = self.shutdown.child_token();
-        let cfg = node_config(self.dir.path(), name, 1);
-        let (net, t) = (self.net.clone(), token.clone());
-        tokio::spawn(async move {
-            if let Err(e) = run_node(cfg, net, ROOT.into(), t).await {
-                panic!("agent stopped: {e:#}");
-            }
-        });
-        self.agents.push((name.to_string(), token));
-    }
-
-    fn nodes_ready(&self) -> usize {
-        read_view(&self.gw.view)
-            .state()
-            .nodes()
-            .iter()
-            .filter(|n| n.status == gpusched_core::NodeStatus::Ready)
-            .count()
-    }
-
-    async fn submit(&self, spec: JobSpec) -> JobId {
-        self.gw
-            .submitter
-            .submit(spec, None)
-            .await
-            .expect("submitted")
-            .job
-    }
-
-    fn phase(&self, job: JobId) -> Option<Phase> {
-        read_view(&self.gw.view).state().job(job).map(|j| j.phase)
-    }
-
-    /// Waits (up to 60 s) until `cond` holds; panics with `what` otherwise.
-    async fn wait_for(&self, what: &str, cond: impl Fn(&Cluster) -> bool) {
-        for _ in 0..600 {
-            if cond(self) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("timed out waiting for {what}; log:\n{}", self.dump().await);
-    }
-
-    async fn wait_phase(&self, job: JobId, phase: Phase) {
-        self.wait_for(&format!("job {job} {phase:?}"), |c| {
-            c.phase(job) == Some(phase)
-        })
-        .await;
-    }
-
-    async fn events(&self) -> Vec<Event> {
-        self.log
-            .read_from(0, 1_000_000)
-            .await
-            .expect("read the log")
-            .into_iter()
-            .map(|e| e.event)
-            .collect()
-    }
-
-    async fn dump(&self) -> String {
-        self.events()
-            .await
-            .iter()
-            .map(|e| serde_json::to_string(e).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    async fn explain(&self, job: JobId) -> String {
-        let events = self.events().await;
-        let view = read_view(&self.gw.view);
-        gpusched_core::explain::history(&events, view.state(), job).join("\n")
-    }
-
-    /// A worker's stdout, from its agent's log dir.
-    fn stdout(&self, node: &str, job: JobId, run: u32, rank: u32) -> String {
-        let p = gpusched_agent::process::log_paths(
-            &self.dir.path().join(node).join("logs"),
-            job.0,
-            run,
-            rank,
-        );
-        std::fs::read_to_string(p.out).unwrap_or_default()
-    }
-
-    fn node_of(&self, job: JobId, rank: usize) -> String {
-        let v = read_view(&self.gw.view);
-        let s = v.state();
-        let j = s.job(job).expect("job");
-        let node = j.assignments[rank].node;
-        s.nodes()[node.index()].spec.name.clone()
-    }
-
-    fn boot_of(&self, node: &str) -> u64 {
-        let p: PathBuf = self.dir.path().join(node).join("state").join("boot");
-        std::fs::read_to_string(p)
-            .expect("boot file")
-            .trim()
-            .parse()
-            .expect("boot number")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-fn dump(events: &[Event]) -> String {
-    events
-        .iter()
-        .map(|e| serde_json::to_string(e).unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn finished(events: &[Event], job: JobId) -> Option<&Event> {
-    events
-        .iter()
-        .find(|e| matches!(e, Event::JobFinished { job: j, .. } if *j == job))
-}
+use gpusched_model::CheckpointPolicy;
+use gpusched_runtime::read_view;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exit_zero_succeeds_and_exit_three_fails_with_its_code() {
@@ -530,7 +197,10 @@ async fn forged_reports_are_refused_counted_and_never_appended() {
         forged(boot - 1, id.0, 1), // an older registration
     ] {
         c.net
-            .publish(status_subject(ROOT), serde_json::to_vec(&s).expect("json"))
+            .publish(
+                status_subject(&c.root),
+                serde_json::to_vec(&s).expect("json"),
+            )
             .await
             .expect("publish");
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -543,27 +213,6 @@ async fn forged_reports_are_refused_counted_and_never_appended() {
     assert_eq!(c.events().await.len(), before, "nothing appended");
     assert_eq!(c.phase(id), Some(Phase::Succeeded));
     assert_eq!(c.nodes_ready(), 2, "no node lost or re-added");
-}
-
-impl Cluster {
-    async fn node_of_finished(&self, job: JobId) -> String {
-        let events = self.events().await;
-        let node = events
-            .iter()
-            .find_map(|e| match e {
-                Event::JobBound {
-                    job: j,
-                    assignments,
-                    ..
-                } if *j == job => Some(assignments[0].node),
-                _ => None,
-            })
-            .expect("bound");
-        read_view(&self.gw.view).state().nodes()[node.index()]
-            .spec
-            .name
-            .clone()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -593,96 +242,6 @@ async fn past_its_max_runtime_a_job_checkpoints_stops_and_times_out() {
         "the job checkpointed before it was stopped"
     );
     assert!(c.explain(id).await.contains("timed out"));
-}
-
-impl Cluster {
-    /// Stops an agent as a crash would: no more statuses, its workers keep
-    /// running.
-    fn stop_agent(&mut self, name: &str) {
-        for (n, t) in &self.agents {
-            if n == name {
-                t.cancel();
-            }
-        }
-    }
-
-    /// The run number of the job's current (or last) run.
-    fn run_of(&self, job: JobId) -> u32 {
-        read_view(&self.gw.view)
-            .state()
-            .job(job)
-            .map_or(0, |j| j.starts)
-    }
-
-    fn pid_of(&self, node: &str, job: JobId, run: u32, rank: u32) -> Option<u32> {
-        let p = self
-            .dir
-            .path()
-            .join(node)
-            .join("state/workers")
-            .join(format!("{}-{run}-{rank}.json", job.0));
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()?;
-        v["pid"].as_u64().map(|p| p as u32)
-    }
-}
-
-fn checkpointing(mut spec: JobSpec) -> JobSpec {
-    spec.checkpoint = Some(CheckpointPolicy {
-        interval_s: 3600,
-        duration_s: 1,
-    });
-    spec
-}
-
-/// The step a run's stdout says it resumed at.
-fn resumed_at(out: &str) -> Option<u64> {
-    out.lines()
-        .find_map(|l| l.strip_prefix("resumed at step "))
-        .and_then(|s| s.trim().parse().ok())
-}
-
-/// The plan that preempted a job of `tenant`: (victim, deadline).
-fn victim_of(events: &[Event]) -> Option<(JobId, gpusched_model::Timestamp)> {
-    events.iter().find_map(|e| match e {
-        Event::PreemptionPlanned { victims, .. } => victims.first().map(|v| (v.job, v.deadline)),
-        _ => None,
-    })
-}
-
-/// Two borrowers' jobs fill both nodes; the owner returns and reclaims one.
-async fn reclaim(knobs: &[(&str, &str)], after_checkpoint: bool) -> (Cluster, JobId, JobId, JobId) {
-    let c = Cluster::start(vec![tenant("owner", 1), tenant("b", 1)], &["n1", "n2"]).await;
-    let b1 = c.submit(checkpointing(job("b", 1, knobs))).await;
-    let b2 = c.submit(checkpointing(job("b", 1, knobs))).await;
-    for j in [b1, b2] {
-        c.wait_phase(j, Phase::Running).await;
-    }
-    c.wait_for("both borrowers stepping", |c| {
-        [b1, b2].iter().all(|j| {
-            let n = c.node_of(*j, 0);
-            c.stdout(&n, *j, 1, 0).contains("step 3")
-        })
-    })
-    .await;
-    if after_checkpoint {
-        c.wait_for("both borrowers checkpointed", |c| {
-            let v = read_view(&c.gw.view);
-            [b1, b2].iter().all(|j| {
-                v.state()
-                    .job(*j)
-                    .is_some_and(|x| x.last_checkpoint.is_some())
-            })
-        })
-        .await;
-    }
-    let owner = c
-        .submit(job(
-            "owner",
-            1,
-            &[("TRAINER_STEPS", "3"), ("TRAINER_STEP_S", "0.05")],
-        ))
-        .await;
-    (c, b1, b2, owner)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -850,24 +409,72 @@ async fn a_lost_agent_loses_its_node_the_job_resumes_elsewhere_and_the_restarted
     c.wait_for("the node back", |c| c.nodes_ready() == 2).await;
 }
 
-impl Cluster {
-    async fn node_of_finished_run(&self, job: JobId, run: u32) -> String {
-        let events = self.events().await;
-        let node = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::JobBound {
-                    job: j,
-                    assignments,
-                    ..
-                } if *j == job => Some(assignments[0].node),
-                _ => None,
-            })
-            .nth(run as usize - 1)
-            .expect("bound that many times");
-        read_view(&self.gw.view).state().nodes()[node.index()]
-            .spec
-            .name
-            .clone()
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sigkilled_agent_process_loses_its_node_and_its_restart_kills_the_orphan() {
+    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let client = gpusched_bus::async_nats::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("NATS at {url} is needed for this test: {e}"));
+    let root = format!("nodes{}", std::process::id());
+    let mut c = Cluster::start_on(vec![tenant("a", 2)], &[], NodeNet::Nats(client), &root).await;
+    let mut agent = agent_process(&c, "p1", &url);
+    c.wait_for("the process agent registered", |c| c.nodes_ready() == 1)
+        .await;
+    let id = c
+        .submit(checkpointing(job(
+            "a",
+            1,
+            &[
+                ("TRAINER_STEPS", "100000"),
+                ("TRAINER_STEP_S", "0.05"),
+                ("TRAINER_CHECKPOINT_EVERY", "10"),
+            ],
+        )))
+        .await;
+    c.wait_for("a complete checkpoint", |c| {
+        read_view(&c.gw.view)
+            .state()
+            .job(id)
+            .is_some_and(|j| j.last_checkpoint.is_some())
+    })
+    .await;
+    c.start_agent("n2");
+    let orphan = c.pid_of("p1", id, 1, 0).expect("worker record");
+    agent.kill().expect("SIGKILL the agent");
+    let _ = agent.wait();
+    c.wait_for("the job resumed on n2", |c| {
+        c.run_of(id) == 2 && resumed_at(&c.stdout("n2", id, 2, 0)).is_some()
+    })
+    .await;
+    assert!(
+        Path::new(&format!("/proc/{orphan}")).exists(),
+        "the orphan outlives its agent"
+    );
+    let mut again = agent_process(&c, "p1", &url);
+    c.wait_for("the orphan killed by the restarted agent", |_| {
+        !Path::new(&format!("/proc/{orphan}")).exists()
+    })
+    .await;
+    c.wait_for("p1 back", |c| c.nodes_ready() == 2).await;
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
+/// A real `gpusched-agent node` process over NATS.
+fn agent_process(c: &Cluster, name: &str, nats: &str) -> std::process::Child {
+    let d = c.dir.path().join(name);
+    std::process::Command::new(env!("CARGO_BIN_EXE_gpusched-agent"))
+        .args(["node", "--name", name, "--flavor", FLAVOR, "--gpus", "0"])
+        .arg("--state-dir")
+        .arg(d.join("state"))
+        .arg("--log-dir")
+        .arg(d.join("logs"))
+        .arg("--checkpoint-dir")
+        .arg(c.dir.path().join("checkpoints"))
+        .args(["--heartbeat-s", "0.3", "--kill-grace-s", "0.5"])
+        .args(["--nats-url", nats, "--namespace", &c.root])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("start gpusched-agent node")
 }

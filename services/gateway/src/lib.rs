@@ -15,6 +15,7 @@ mod auth;
 mod cluster;
 mod events_api;
 mod jobs;
+mod logs;
 mod submit;
 
 use std::net::SocketAddr;
@@ -53,6 +54,9 @@ pub struct Gateway {
     pub log: Log,
     /// Who each bearer token speaks for.
     pub tokens: Arc<Tokens>,
+    /// The node network and its subject root, where node agents answer
+    /// for their workers' logs; `None` where no real agents run.
+    pub node_net: Option<(gpusched_bus::node_net::NodeNet, String)>,
 }
 
 impl Gateway {
@@ -101,6 +105,7 @@ pub fn start(
             view,
             log,
             tokens: Arc::new(tokens),
+            node_net: None,
         },
         vec![writer, follower],
     )
@@ -140,6 +145,7 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(jobs::get_job, jobs::cancel_job))
         .routes(routes!(jobs::job_events))
         .routes(routes!(jobs::explain_job))
+        .routes(routes!(logs::job_logs))
         .routes(routes!(cluster::queues))
         .routes(routes!(cluster::nodes))
         .routes(routes!(cluster::put_tenant))

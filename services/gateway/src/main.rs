@@ -38,13 +38,21 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(tokens = tokens.len(), "API tokens loaded");
     let conns = args.stack.connect("gateway").await?;
     let shutdown = shutdown_signal();
-    let (gw, tasks) = gpusched_gateway::start(
+    let (mut gw, tasks) = gpusched_gateway::start(
         conns.log,
         conns.bus,
         &conns.instance,
         tokens,
         shutdown.clone(),
     );
+    // Worker logs are read from node agents over NATS.
+    let nats = gpusched_bus::async_nats::connect(&args.stack.nats_url)
+        .await
+        .with_context(|| format!("--nats-url {}: cannot connect", args.stack.nats_url))?;
+    gw.node_net = Some((
+        gpusched_bus::node_net::NodeNet::Nats(nats),
+        args.stack.namespace.clone(),
+    ));
     gpusched_gateway::serve_http(gw, args.listen, shutdown).await?;
     for t in tasks {
         let _ = t.await;

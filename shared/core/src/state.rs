@@ -164,6 +164,17 @@ pub struct Job {
     pub cancel_requested: Option<Timestamp>,
 }
 
+/// The node of each worker of a gang, by rank: the workers of the first
+/// assignment are ranks 0…k−1, those of the next follow, and so on. The one
+/// rule every part (node relay, agents, the API's logs) numbers ranks by.
+pub fn worker_nodes(assignments: &[Assignment], gpus_per_worker: Gpus) -> Vec<NodeId> {
+    let per = gpus_per_worker.max(1);
+    assignments
+        .iter()
+        .flat_map(|a| std::iter::repeat_n(a.node, (a.gpus / per) as usize))
+        .collect()
+}
+
 /// A complete checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
