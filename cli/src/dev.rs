@@ -18,10 +18,11 @@ use gpusched_agent::net::{LocalHub, NodeNet};
 use gpusched_agent::node::{run_node, NodeConfig};
 use gpusched_agent::relay::RelayConfig;
 use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
+use gpusched_agent::SimulatedAgent;
 use gpusched_core::{CycleConfig, Phase};
 use gpusched_runtime::{
     bootstrap_cluster, read_view, run_service, Bus, Decider, Log, MemLog, Projection,
-    ServiceConfig, ServiceStats, SimulatedAgent,
+    ServiceConfig, ServiceStats,
 };
 use gpusched_sim::workload::{self, SyntheticOptions};
 use gpusched_store::EventStore;

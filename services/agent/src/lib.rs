@@ -1,6 +1,6 @@
 //! The node agent service. With `--simulate` it plays a cluster: it
 //! registers the cluster file's nodes and runs the jobs bound to them in
-//! scaled real time (`gpusched_runtime::SimulatedAgent`).
+//! scaled real time ([`SimulatedAgent`]).
 //!
 //! For real nodes it holds the parts that run processes: `process` (the
 //! operating-system side: worker processes in their own process groups,
@@ -11,10 +11,12 @@
 //! its nodes. Must never: decide where or whether a job runs, or signal a
 //! process it cannot prove is its worker.
 
+pub mod gpus;
 pub mod node;
 pub mod process;
 pub mod relay;
 pub mod relay_service;
+pub mod simulated;
 
 pub use gpusched_bus::node as protocol;
 pub use gpusched_bus::node_net as net;
@@ -24,8 +26,8 @@ pub const SERVICE: &str = "agent";
 
 use anyhow::Context;
 use gpusched_events::Event;
-use gpusched_runtime::AgentConfig;
 use gpusched_sim::Cluster;
+pub use simulated::{AgentConfig, SimulatedAgent};
 use std::path::Path;
 
 /// The cluster an agent simulates: a TOML file, or the demo cluster.

@@ -16,8 +16,8 @@ use gpusched_agent::net::NodeNet;
 use gpusched_agent::node::{run_node, NodeConfig};
 use gpusched_agent::relay::RelayConfig;
 use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
-use gpusched_agent::{agent_config, load_cluster, SERVICE};
-use gpusched_runtime::{SimulatedAgent, StackArgs};
+use gpusched_agent::{agent_config, load_cluster, SimulatedAgent, SERVICE};
+use gpusched_runtime::StackArgs;
 
 /// Registers nodes and runs what is bound to them.
 #[derive(Parser, Debug)]
@@ -81,11 +81,13 @@ struct NodeArgs {
     /// This node's name, unique in the cluster (default: the host name).
     #[arg(long, env = "GPUSCHED_NODE_NAME")]
     name: Option<String>,
-    /// GPU flavor of every GPU on the node, e.g. h100-80g.
+    /// GPU flavor of every GPU on the node, e.g. h100-80g (default: from
+    /// the first GPU's name through NVML).
     #[arg(long, env = "GPUSCHED_FLAVOR")]
-    flavor: String,
-    /// GPU indices this agent hands out, e.g. 0,1,2,3.
-    #[arg(long, env = "GPUSCHED_GPUS", value_delimiter = ',', required = true)]
+    flavor: Option<String>,
+    /// GPU indices this agent hands out, e.g. 0,1,2,3 (default: every GPU
+    /// NVML finds, when built with the `nvml` feature).
+    #[arg(long, env = "GPUSCHED_GPUS", value_delimiter = ',')]
     gpus: Vec<u32>,
     /// Topology path, outermost level first, e.g. rack-1/block-2 (one entry
     /// per configured level).
@@ -163,10 +165,20 @@ async fn node(a: NodeArgs) -> anyhow::Result<()> {
         .filter(|p| !p.is_empty())
         .map(str::to_string)
         .collect();
+    let (gpus, flavor) = match (a.gpus.is_empty(), a.flavor) {
+        (false, Some(f)) => (a.gpus, f),
+        (empty, flavor) => {
+            let (found, device) = gpusched_agent::gpus::discover()
+                .map_err(|e| anyhow::anyhow!("--gpus not given and discovery failed: {e}"))?;
+            let gpus = if empty { found } else { a.gpus };
+            let flavor = flavor.unwrap_or_else(|| gpusched_agent::gpus::flavor_from_name(&device));
+            (gpus, flavor)
+        }
+    };
     let cfg = NodeConfig {
         name,
-        flavor: a.flavor,
-        gpu_indices: a.gpus,
+        flavor,
+        gpu_indices: gpus,
         path,
         log_dir: a.log_dir.unwrap_or_else(|| a.state_dir.join("logs")),
         checkpoint_dir: a

@@ -4,8 +4,7 @@
 //! in-memory log of `gpusched dev`) and on the bus ([`Bus`]: NATS
 //! JetStream, or an in-process channel), the [`Projection`] that follows
 //! the log in sequence order, the fenced decide loop ([`run_service`]) that
-//! turns a pure [`Decider`] into a service, the simulated node agent, and
-//! shutdown, and tracing set-up (with OpenTelemetry export over OTLP and
+//! turns a pure [`Decider`] into a service, shutdown, and tracing set-up (with OpenTelemetry export over OTLP and
 //! W3C trace context in NATS headers when `OTEL_EXPORTER_OTLP_ENDPOINT` is
 //! set).
 //!
@@ -13,7 +12,6 @@
 //! `Decider`), publish a decision before the log has committed it, apply
 //! events out of sequence order, or append another service's event kinds.
 
-mod agent;
 mod bus;
 mod follow;
 mod log;
@@ -23,7 +21,6 @@ mod shell;
 mod stats;
 mod telemetry;
 
-pub use agent::{AgentConfig, SimulatedAgent};
 pub use bus::{Bus, Feed, Incoming, NatsBus};
 pub use follow::{follow, read_view, SharedView};
 pub use log::{Log, LoggedEvent, MemLog};

@@ -498,7 +498,7 @@ pub async fn bootstrap_cluster(
             let key = format!(
                 "admin:{}:{:016x}",
                 e.kind(),
-                gpusched_sim::workload::fnv1a_64(&json)
+                gpusched_model::fnv1a_64(&json)
             );
             NewEvent::new(e.clone()).idempotency_key(key)
         })

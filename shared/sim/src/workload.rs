@@ -464,15 +464,7 @@ pub fn parse_native<R: Read>(reader: R, source_name: &str) -> Result<Workload, W
 // ITP traces
 // ---------------------------------------------------------------------------
 
-/// The 64-bit FNV-1a hash of `bytes`: stable across platforms and releases,
-/// used to assign trace jobs to tenants.
-pub fn fnv1a_64(bytes: &[u8]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes
-        .iter()
-        .fold(OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
-}
+pub use gpusched_model::fnv1a_64;
 
 /// How an ITP trace, which lacks them, gets tenants, gang shapes and size.
 #[derive(Clone, Debug)]

@@ -19,7 +19,7 @@ use gpusched_core::{Phase, State};
 use gpusched_events::{Event, Outcome, Producer};
 use gpusched_model::{JobId, NodeId, NodeSpec, Timestamp};
 
-use crate::service::{wall_clock, Decider};
+use gpusched_runtime::{wall_clock, Decider};
 
 /// What the simulated agent runs.
 #[derive(Clone, Debug)]
