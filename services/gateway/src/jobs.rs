@@ -86,7 +86,11 @@ pub(crate) fn path_param(p: Result<Path<String>, PathRejection>) -> Result<Strin
 }
 
 /// The job if it exists and `who` may see it; 404 otherwise.
-pub(crate) fn visible<'a>(state: &'a State, who: &Principal, id: JobId) -> Result<&'a Job, ApiError> {
+pub(crate) fn visible<'a>(
+    state: &'a State,
+    who: &Principal,
+    id: JobId,
+) -> Result<&'a Job, ApiError> {
     state
         .job(id)
         .filter(|j| who.may_touch(&j.spec.tenant))

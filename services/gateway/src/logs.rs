@@ -116,14 +116,23 @@ pub async fn job_logs(
         ));
     };
     let events = gw.log.job_events(id).await.map_err(|e| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        )
     })?;
     let runs = runs(&events);
     let (run, assignments) = match q.run {
         None => runs.last().cloned(),
         Some(r) => runs.iter().rev().find(|(n, _)| *n == r).cloned(),
     }
-    .ok_or_else(|| no_logs(format!("job {id} has not run{}", q.run.map_or(String::new(), |r| format!(" a run {r}")))))?;
+    .ok_or_else(|| {
+        no_logs(format!(
+            "job {id} has not run{}",
+            q.run.map_or(String::new(), |r| format!(" a run {r}"))
+        ))
+    })?;
     let node = worker_nodes(&assignments, gpus_per_worker)
         .get(worker as usize)
         .copied()

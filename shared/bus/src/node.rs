@@ -38,9 +38,7 @@ pub fn logs_subject(root: &str, node: &str) -> String {
 
 /// Identifies one worker: rank `rank` of run `run` of job `job` (run `n`
 /// is the job's n-th start). Also the key of the node protocol.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct WorkerKey {
     /// The job id.
     pub job: u64,

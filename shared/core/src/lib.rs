@@ -24,6 +24,4 @@ pub mod state;
 pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
 pub use cycle::{run_cycle, run_cycle_timed, CycleConfig, CycleStats, ScanMemo, Stage, StageClock};
 pub use preemption::{PreemptionConfig, VictimOrder};
-pub use state::{
-    worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant,
-};
+pub use state::{worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};
