@@ -1,5 +1,6 @@
 //! The API client commands: submit, get, list, cancel, explain, queues,
-//! nodes, watch, and token helpers.
+//! nodes, watch, and token helpers; and the connection, refusals and exit
+//! codes every client command shares (`logs` included).
 //!
 //! Owns: turning flags and job spec files into API requests (a spec is
 //! checked first, see `spec`), tables for people and JSON for scripts, the
@@ -67,7 +68,7 @@ macro_rules! say {
     }};
 }
 
-fn fail(code: u8, message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn fail(code: u8, message: impl Into<String>) -> anyhow::Error {
     Exit {
         code,
         message: message.into(),
@@ -101,15 +102,16 @@ struct ConfigFile {
     token: Option<String>,
 }
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
-    json: bool,
+    /// Whether to print JSON instead of tables (`--json`).
+    pub(crate) json: bool,
 }
 
 impl Conn {
-    fn client(&self) -> Result<Client> {
+    pub(crate) fn client(&self) -> Result<Client> {
         let path = self.config.clone().or_else(|| {
             std::env::var_os("HOME")
                 .map(|h| Path::new(&h).join(".config/gpusched/config.toml"))
@@ -151,7 +153,7 @@ impl Conn {
 }
 
 impl Client {
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let r = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {
             Some(t) => r.bearer_auth(t),
@@ -159,9 +161,8 @@ impl Client {
         }
     }
 
-    /// Sends and returns (status, JSON body) for 2xx; maps the rest to exits.
     /// Sends and returns the response; an unreachable server is exit 6.
-    async fn open(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+    pub(crate) async fn open(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
         req.send().await.map_err(|e| {
             fail(
                 exit::UNAVAILABLE,
@@ -171,10 +172,17 @@ impl Client {
     }
 
     /// The error a non-2xx response stands for, with its exit code.
-    async fn refusal(&self, resp: reqwest::Response) -> anyhow::Error {
+    pub(crate) async fn refusal(&self, resp: reqwest::Response) -> anyhow::Error {
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
-        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        self.refused(status, &text)
+    }
+
+    /// The error a non-2xx status and its body stand for, with its exit
+    /// code.
+    pub(crate) fn refused(&self, status: u16, text: &str) -> anyhow::Error {
+        let body: Value =
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()));
         let msg = body
             .pointer("/error/message")
             .and_then(Value::as_str)
@@ -213,11 +221,11 @@ impl Client {
         ))
     }
 
-    async fn get(&self, path: &str) -> Result<Value> {
+    pub(crate) async fn get(&self, path: &str) -> Result<Value> {
         Ok(self.send(self.request(reqwest::Method::GET, path)).await?.1)
     }
 
-    fn print_json(&self, v: &Value) {
+    pub(crate) fn print_json(&self, v: &Value) {
         say!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
     }
 }
@@ -549,8 +557,53 @@ pub async fn get(a: JobArg) -> Result<()> {
             "{}",
             table(&JOB_HEADER, &[job_row(&v[0], &flavors, now_ms())])
         );
+        for line in run_lines(v[0].get("spec").unwrap_or(&Value::Null)) {
+            say!("{line}");
+        }
     }
     Ok(())
+}
+
+/// What a job runs, for `get` under its row, when it has a command: the
+/// command as a shell would take it, its env's names (never the values:
+/// they may be secrets), working directory and checkpoint signal.
+fn run_lines(spec: &Value) -> Vec<String> {
+    let argv: Vec<&str> = spec
+        .get("command")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if argv.is_empty() {
+        return Vec::new();
+    }
+    let words: Vec<String> = argv.iter().map(|a| shell_word(a)).collect();
+    let mut out = vec![format!("command: {}", words.join(" "))];
+    if let Some(env) = spec.get("env").and_then(Value::as_object) {
+        if !env.is_empty() {
+            let names: Vec<&str> = env.keys().map(String::as_str).collect();
+            out.push(format!("env: {}", names.join(", ")));
+        }
+    }
+    if let Some(d) = spec.get("working_dir").and_then(Value::as_str) {
+        out.push(format!("working_dir: {d}"));
+    }
+    if let Some(sig) = spec.get("checkpoint_signal").and_then(Value::as_str) {
+        out.push(format!("checkpoint_signal: {sig}"));
+    }
+    out
+}
+
+/// One argument as a POSIX shell reads it back: as is when it is plain,
+/// else in single quotes.
+fn shell_word(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''"))
+    }
 }
 
 /// `gpusched list`.
@@ -980,6 +1033,29 @@ pub fn token(cmd: TokenCmd) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn get_shows_what_a_job_runs() {
+        let spec = json!({"tenant": "v", "command": ["sh", "-c", "echo 'hi' there", ""],
+            "env": {"B": "secret", "A": "1"}, "working_dir": "/tmp",
+            "checkpoint_signal": "USR2"});
+        assert_eq!(
+            run_lines(&spec),
+            [
+                r#"command: sh -c 'echo '\''hi'\'' there' ''"#,
+                "env: A, B",
+                "working_dir: /tmp",
+                "checkpoint_signal: USR2",
+            ]
+        );
+        assert_eq!(
+            run_lines(&json!({"command": ["python", "train.py", "--lr", "3e-4"]})),
+            ["command: python train.py --lr 3e-4"]
+        );
+        // A job for a simulated agent: nothing to show.
+        assert!(run_lines(&json!({"tenant": "v", "env": {"A": "1"}})).is_empty());
+        assert!(run_lines(&Value::Null).is_empty());
+    }
 
     #[test]
     fn refusals_name_the_flag() {

@@ -158,6 +158,7 @@ fn spawn_process_agents(
             timeout_grace: Duration::from_secs(30),
             log_cap_bytes: 64 << 20,
             poll: Duration::from_millis(500),
+            stop_workers_on_exit: true,
         };
         let (n, s) = (net.clone(), shutdown.clone());
         tasks.push(tokio::spawn(async move {
@@ -396,8 +397,9 @@ async fn dev(args: DevArgs) -> Result<()> {
         bar.set_message(format!("running {running}, waiting {waiting}"));
         if !interactive && last_line.is_none_or(|t| t.elapsed() >= PROGRESS_LINE_EVERY) {
             eprintln!(
-                "{:>7.1} s  {done}/{total} jobs ended, running {running}, waiting {waiting}",
-                started.elapsed().as_secs_f64()
+                "{:>7.1} s  {done}/{} jobs ended, running {running}, waiting {waiting}",
+                started.elapsed().as_secs_f64(),
+                total.max(p_total(&gw))
             );
             last_line = Some(Instant::now());
         }

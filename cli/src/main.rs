@@ -6,6 +6,7 @@
 
 mod client;
 mod dev;
+mod logs;
 mod nodes;
 mod spec;
 
@@ -54,6 +55,8 @@ enum Command {
     Nodes(client::NodesArgs),
     /// Follow the event log live.
     Watch(client::WatchArgs),
+    /// Print what a job's worker wrote (stdout, or --err); --follow keeps printing until the job ends.
+    Logs(logs::LogsArgs),
     /// Make API tokens and their hashes for a tokens file.
     #[command(subcommand)]
     Token(client::TokenCmd),
@@ -181,6 +184,7 @@ fn main() -> std::process::ExitCode {
         Command::Queues(a) => api(client::queues(a)),
         Command::Nodes(a) => api(client::nodes(a)),
         Command::Watch(a) => api(client::watch(a)),
+        Command::Logs(a) => api(logs::logs(a)),
         Command::Token(c) => client::token(c),
     };
     match result {

@@ -3,16 +3,20 @@
 //!
 //! Owns: reading a spec file (TOML, YAML, JSON, or JSON on stdin) into the
 //! job's fields with errors that name the file, line and column; merging
-//! the submit flags over them; the model's own field checks
-//! (`JobSpec::check_fields`); and the one table from a field's name (as
-//! spec files and the API write it) to the flag that sets it.
+//! the submit flags over them (the command after `--`, `--env`,
+//! `--workdir`, `--checkpoint-signal` included); the model's own field
+//! checks (`JobSpec::check_fields`); and the one table from a field's name
+//! (as spec files and the API write it) to the flag that sets it.
 //! Must never: judge what needs the cluster (tenants, flavors, whether a
 //! gang fits): the server does, and names the field; or read anything but
 //! the spec file it is given.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use gpusched_model::{CheckpointPolicy, Gpus, JobSpec};
+use gpusched_model::{
+    checkpoint_signal_number, CheckpointPolicy, Gpus, JobSpec, CHECKPOINT_SIGNALS,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -30,10 +34,19 @@ pub const FIELD_FLAGS: &[(&str, &str)] = &[
     ("checkpoint.interval_s", "--checkpoint-interval"),
     ("checkpoint.duration_s", "--checkpoint-duration"),
     ("max_runtime_s", "--max-runtime"),
+    ("command", COMMAND_ARG),
+    ("env", "--env"),
+    ("working_dir", "--workdir"),
+    ("checkpoint_signal", "--checkpoint-signal"),
     ("Idempotency-Key", "--key"),
     ("state", "--state"),
     ("limit", "--limit"),
+    ("worker", "--worker"),
+    ("stream", "--err"),
 ];
+
+/// How messages name the command: it is everything after `--`, not a flag.
+pub const COMMAND_ARG: &str = "-- COMMAND";
 
 /// The flag that sets `field` (`gpus_per_worker` → `--gpus`), if one does.
 /// A path into a field (`flavors[1]`, `checkpoint.x`) falls back to the
@@ -89,6 +102,60 @@ pub struct SpecFlags {
     /// Declared maximum runtime, seconds.
     #[arg(long)]
     pub max_runtime: Option<u64>,
+    /// Environment variable added to each worker's (repeatable); these win
+    /// over the spec file's `env` of the same name.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Working directory of each worker on its node.
+    #[arg(long, value_name = "DIR", value_parser = parse_workdir)]
+    pub workdir: Option<String>,
+    /// Signal that asks the job for a checkpoint [default: SIGUSR1]: a name
+    /// (SIGUSR2, USR2) or a number.
+    #[arg(long, value_name = "SIG", value_parser = parse_signal)]
+    pub checkpoint_signal: Option<String>,
+    /// What each worker runs: everything after `--` (`-- python train.py
+    /// --lr 3e-4`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `--env KEY=VALUE`: split at the first `=`; the name must not be empty.
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        Some(_) => Err("the name before '=' must not be empty (KEY=VALUE)".to_string()),
+        None => Err(format!("expected KEY=VALUE, with '=' (got {s:?})")),
+    }
+}
+
+/// `--workdir DIR`: any path but an empty one.
+fn parse_workdir(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".to_string())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// The signal names jobs may ask to be checkpointed with, for messages.
+pub fn signal_names() -> String {
+    CHECKPOINT_SIGNALS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `--checkpoint-signal SIG`: one the model accepts, kept as written (the
+/// server stores it so).
+fn parse_signal(s: &str) -> Result<String, String> {
+    match checkpoint_signal_number(Some(s)) {
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!(
+            "must be one of {} (with or without SIG, or its number)",
+            signal_names()
+        )),
+    }
 }
 
 impl SpecFlags {
@@ -104,6 +171,11 @@ impl SpecFlags {
             "preemptible" => self.no_preempt,
             "checkpoint" => self.checkpoint_interval.is_some(),
             "max_runtime_s" => self.max_runtime.is_some(),
+            "command" => !self.command.is_empty(),
+            "working_dir" => self.workdir.is_some(),
+            "checkpoint_signal" => self.checkpoint_signal.is_some(),
+            // `--env` names are checked as they are parsed: a bad name the
+            // model refuses can only have come from the file.
             _ => false,
         }
     }
@@ -139,6 +211,27 @@ impl SpecFlags {
         }
         if let Some(m) = self.max_runtime {
             o.insert("max_runtime_s".into(), json!(m));
+        }
+        if !self.command.is_empty() {
+            o.insert("command".into(), json!(self.command));
+        }
+        if !self.env.is_empty() {
+            // Merged by name over the file's: one variable overrides one.
+            let env = o.entry("env").or_insert_with(|| Value::Object(Map::new()));
+            if !env.is_object() {
+                *env = Value::Object(Map::new());
+            }
+            if let Value::Object(env) = env {
+                for (k, v) in &self.env {
+                    env.insert(k.clone(), json!(v));
+                }
+            }
+        }
+        if let Some(d) = &self.workdir {
+            o.insert("working_dir".into(), json!(d));
+        }
+        if let Some(sig) = &self.checkpoint_signal {
+            o.insert("checkpoint_signal".into(), json!(sig));
         }
     }
 }
@@ -178,6 +271,14 @@ struct FileSpec {
     checkpoint: Option<CheckpointPolicy>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_runtime_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    working_dir: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checkpoint_signal: Option<String>,
 }
 
 /// Fields one level down (in `checkpoint`).
@@ -198,10 +299,18 @@ fn known_field(key: &str) -> Option<String> {
         "preemptible",
         "checkpoint",
         "max_runtime_s",
+        "command",
+        "env",
+        "working_dir",
+        "checkpoint_signal",
         "checkpoint.interval_s",
         "checkpoint.duration_s",
     ];
     if TOP.contains(&key) {
+        return Some(key.to_string());
+    }
+    // One variable of `env` (`env.PORT`), as serde_yaml_ng names it.
+    if key.strip_prefix("env.").is_some_and(|k| !k.is_empty()) {
         return Some(key.to_string());
     }
     NESTED
@@ -512,34 +621,45 @@ mod tests {
             Some("--checkpoint-duration")
         );
         assert_eq!(flag_for("flavors[2]"), Some("--flavor"));
+        assert_eq!(flag_for("command[0]"), Some(COMMAND_ARG));
+        assert_eq!(flag_for("env.PORT"), Some("--env"));
+        assert_eq!(flag_for("working_dir"), Some("--workdir"));
+        assert_eq!(flag_for("checkpoint_signal"), Some("--checkpoint-signal"));
         assert_eq!(flag_for("nonsense"), None);
     }
 
     #[test]
     fn every_mapped_flag_is_a_real_flag() {
-        #[derive(clap::Parser)]
-        struct Submit {
-            #[command(flatten)]
-            flags: SpecFlags,
-            #[arg(long)]
-            key: Option<String>,
-            #[arg(long)]
-            state: Option<String>,
-            #[arg(long)]
-            limit: Option<usize>,
+        // Every flag of every subcommand, and the arguments after `--`.
+        let cli = <crate::Cli as clap::CommandFactory>::command();
+        let mut longs = BTreeSet::new();
+        let mut last = BTreeSet::new();
+        for sub in cli.get_subcommands() {
+            for a in sub.get_arguments() {
+                if let Some(l) = a.get_long() {
+                    longs.insert(format!("--{l}"));
+                }
+                if a.is_last_set() {
+                    for name in a.get_value_names().into_iter().flatten() {
+                        last.insert(format!("-- {name}"));
+                    }
+                }
+            }
         }
-        let cmd = <Submit as clap::CommandFactory>::command();
-        let longs: BTreeSet<String> = cmd
-            .get_arguments()
-            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
-            .collect();
         for (field, flag) in FIELD_FLAGS {
-            assert!(longs.contains(*flag), "{field} maps to {flag}, not a flag");
+            assert!(
+                longs.contains(*flag) || last.contains(*flag),
+                "{field} maps to {flag}, not a flag"
+            );
         }
+        assert!(last.contains(COMMAND_ARG), "{last:?}");
     }
 
     #[test]
     fn the_file_fields_are_the_models() {
+        // Every field set to a value JobSpec serializes (it skips an empty
+        // command, env, working_dir and checkpoint_signal), so each one is
+        // in the model's list; a new JobSpec field breaks this literal.
         let spec = JobSpec {
             tenant: "a".into(),
             priority: 1,
@@ -553,23 +673,27 @@ mod tests {
                 duration_s: 1,
             }),
             max_runtime_s: Some(1),
-            command: Vec::new(),
-            env: Default::default(),
-            working_dir: None,
-            checkpoint_signal: None,
+            command: vec!["python".into(), "train.py".into()],
+            env: [("A".to_string(), "1".to_string())].into(),
+            working_dir: Some("/tmp".into()),
+            checkpoint_signal: Some("SIGUSR2".into()),
         };
-        let model: Vec<String> = match serde_json::to_value(&spec).unwrap() {
-            Value::Object(o) => o.keys().cloned().collect(),
-            _ => Vec::new(),
+        let keys = |v: Value| -> BTreeSet<String> {
+            match v {
+                Value::Object(o) => o.keys().cloned().collect(),
+                _ => BTreeSet::new(),
+            }
         };
+        let model = keys(serde_json::to_value(&spec).unwrap());
+        assert!(model.contains("command") && model.contains("checkpoint_signal"));
         let file: FileSpec = serde_json::from_value(serde_json::to_value(&spec).unwrap()).unwrap();
-        let ours: Vec<String> = match serde_json::to_value(&file).unwrap() {
-            Value::Object(o) => o.keys().cloned().collect(),
-            _ => Vec::new(),
-        };
-        assert_eq!(ours, model);
+        let ours = serde_json::to_value(&file).unwrap();
+        assert_eq!(keys(ours.clone()), model);
+        // And the values come through as the model has them.
+        assert_eq!(serde_json::from_value::<JobSpec>(ours).unwrap(), spec);
         for f in &model {
             assert!(known_field(f).is_some(), "{f}");
+            assert!(flag_for(f).is_some(), "{f} has no flag");
         }
     }
 
@@ -748,6 +872,226 @@ mod tests {
         assert_eq!(
             v,
             json!({"tenant": "vision", "gpus_per_worker": 2, "workers": 1})
+        );
+    }
+
+    /// The submit flags as clap parses them (`submit` alone).
+    fn submit(args: &[&str]) -> Result<SpecFlags, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Submit {
+            #[command(flatten)]
+            flags: SpecFlags,
+        }
+        let argv = std::iter::once("submit").chain(args.iter().copied());
+        <Submit as clap::Parser>::try_parse_from(argv).map(|s| s.flags)
+    }
+
+    #[test]
+    fn the_command_is_everything_after_the_double_dash() {
+        let f = submit(&[
+            "-t", "vision", "-G", "2", "--", "python", "train.py", "--lr", "3e-4", "-G", "9",
+        ])
+        .unwrap();
+        assert_eq!(f.command, ["python", "train.py", "--lr", "3e-4", "-G", "9"]);
+        assert_eq!(f.gpus, Some(2));
+        // Without `--`, a word is not taken as the command.
+        assert!(submit(&["-t", "vision", "python"]).is_err());
+        let v = body(None, &f).unwrap();
+        assert_eq!(
+            v["command"],
+            json!(["python", "train.py", "--lr", "3e-4", "-G", "9"])
+        );
+        // No command: none is sent (a job for a simulated agent).
+        let v = body(None, &submit(&["-t", "vision", "-G", "1"]).unwrap()).unwrap();
+        assert!(v.get("command").is_none(), "{v}");
+        // An empty program is the model's to refuse, named as the command.
+        let f = submit(&["-t", "vision", "-G", "1", "--", " "]).unwrap();
+        assert_eq!(
+            body(None, &f).unwrap_err().0,
+            "-- COMMAND: the program must not be empty"
+        );
+    }
+
+    #[test]
+    fn env_workdir_and_signal_flags_are_checked_as_they_are_parsed() {
+        let f = submit(&[
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--env",
+            "C=",
+            "--workdir",
+            "/tmp",
+            "--checkpoint-signal",
+            "usr2",
+        ])
+        .unwrap();
+        assert_eq!(
+            f.env,
+            [
+                ("A".into(), "1".into()),
+                ("B".into(), "x=y".into()),
+                ("C".into(), String::new())
+            ]
+        );
+        assert_eq!(f.workdir.as_deref(), Some("/tmp"));
+        // Kept as written: the server stores it so.
+        assert_eq!(f.checkpoint_signal.as_deref(), Some("usr2"));
+        for sig in ["SIGUSR1", "USR2", "12", "sigterm"] {
+            assert!(submit(&["--checkpoint-signal", sig]).is_ok(), "{sig}");
+        }
+
+        let usage = |args: &[&str]| -> String {
+            match submit(args) {
+                Ok(_) => panic!("{args:?} was accepted"),
+                Err(e) => {
+                    assert_eq!(e.exit_code(), 2, "{args:?}");
+                    e.to_string()
+                }
+            }
+        };
+        let e = usage(&["--env", "BAD"]);
+        assert!(e.contains("--env") && e.contains("KEY=VALUE"), "{e}");
+        let e = usage(&["--env", "=1"]);
+        assert!(
+            e.contains("--env") && e.contains("must not be empty"),
+            "{e}"
+        );
+        let e = usage(&["--checkpoint-signal", "SIGKILL"]);
+        assert!(e.contains("--checkpoint-signal"), "{e}");
+        assert!(e.contains("SIGUSR1, SIGUSR2"), "{e}");
+        let e = usage(&["--checkpoint-signal", "9"]);
+        assert!(e.contains("--checkpoint-signal"), "{e}");
+        let e = usage(&["--workdir", ""]);
+        assert!(e.contains("--workdir"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_files_command_and_merge_into_its_env() {
+        let f = SpecFile::from_text(
+            "job.yaml",
+            Format::Yaml,
+            "tenant: vision\nworkers: 1\ngpus_per_worker: 1\ncommand: [python, train.py]\n\
+             env: {A: \"1\", B: \"2\"}\nworking_dir: /data\ncheckpoint_signal: USR2\n",
+        )
+        .unwrap();
+        let v = body(Some(&f), &SpecFlags::default()).unwrap();
+        assert_eq!(v["command"], json!(["python", "train.py"]));
+        assert_eq!(v["env"], json!({"A": "1", "B": "2"}));
+        assert_eq!(v["working_dir"], "/data");
+        assert_eq!(v["checkpoint_signal"], "USR2");
+        let flags = submit(&[
+            "--env",
+            "B=3",
+            "--env",
+            "C=4",
+            "--workdir",
+            "/tmp",
+            "--checkpoint-signal",
+            "SIGTERM",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
+        ])
+        .unwrap();
+        let v = body(Some(&f), &flags).unwrap();
+        assert_eq!(v["command"], json!(["sh", "-c", "echo hi"]));
+        assert_eq!(v["env"], json!({"A": "1", "B": "3", "C": "4"}));
+        assert_eq!(v["working_dir"], "/tmp");
+        assert_eq!(v["checkpoint_signal"], "SIGTERM");
+        // TOML and JSON say the same.
+        let t = SpecFile::from_text(
+            "job.toml",
+            Format::Toml,
+            "tenant = \"v\"\nworkers = 1\ngpus_per_worker = 1\ncommand = [\"python\"]\n\
+             [env]\nA = \"1\"\n",
+        )
+        .unwrap();
+        let v = body(Some(&t), &SpecFlags::default()).unwrap();
+        assert_eq!(
+            (&v["command"], &v["env"]),
+            (&json!(["python"]), &json!({"A": "1"}))
+        );
+    }
+
+    #[test]
+    fn the_new_fields_errors_say_where_in_the_file() {
+        let e = err(
+            "job.yaml",
+            Format::Yaml,
+            "tenant: vision\ncommand: python\n",
+        );
+        assert!(
+            e.starts_with("job.yaml:2:10: command (-- COMMAND): invalid type: string"),
+            "{e}"
+        );
+        let e = err(
+            "job.toml",
+            Format::Toml,
+            "tenant = \"v\"\ncommand = \"python\"\n",
+        );
+        assert!(
+            e.starts_with("job.toml:2:11: command (-- COMMAND): invalid type: string"),
+            "{e}"
+        );
+        let e = err(
+            "job.json",
+            Format::Json,
+            "{\"tenant\": \"v\",\n \"command\": \"python\"}",
+        );
+        assert!(e.starts_with("job.json:2:"), "{e}");
+        assert!(
+            e.contains("command (-- COMMAND): invalid type: string"),
+            "{e}"
+        );
+        let e = err(
+            "job.yaml",
+            Format::Yaml,
+            "tenant: vision\nenv:\n  PORT: [1]\n",
+        );
+        assert!(
+            e.starts_with("job.yaml:3:9: env.PORT (--env): invalid type: sequence"),
+            "{e}"
+        );
+        // YAML reads a plain scalar as the string it spells; TOML's
+        // numbers are not strings.
+        let f = SpecFile::from_text("job.yaml", Format::Yaml, "env:\n  PORT: 8080\n").unwrap();
+        assert_eq!(f.fields.env, Some([("PORT".into(), "8080".into())].into()));
+        let e = err(
+            "job.toml",
+            Format::Toml,
+            "tenant = \"v\"\n[env]\nPORT = 8080\n",
+        );
+        assert!(e.starts_with("job.toml:3:8: "), "{e}");
+        assert!(e.contains("invalid type: integer"), "{e}");
+        let e = err("job.yaml", Format::Yaml, "tenant: vision\nenv: [A]\n");
+        assert!(
+            e.starts_with("job.yaml:2:6: env (--env): invalid type: sequence"),
+            "{e}"
+        );
+        // The model's rules, found in the file.
+        let f = SpecFile::from_text(
+            "job.yaml",
+            Format::Yaml,
+            "tenant: vision\nworkers: 1\ngpus_per_worker: 1\ncheckpoint_signal: KILL\n",
+        )
+        .unwrap();
+        let e = body(Some(&f), &SpecFlags::default()).unwrap_err().0;
+        assert!(
+            e.starts_with("job.yaml:4:1: checkpoint_signal (--checkpoint-signal): must be one of"),
+            "{e}"
+        );
+        let f = SpecFile::from_text(
+            "job.yaml",
+            Format::Yaml,
+            "tenant: vision\nworkers: 1\ngpus_per_worker: 1\ncommand: [\"\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            body(Some(&f), &SpecFlags::default()).unwrap_err().0,
+            "job.yaml:4:1: command (-- COMMAND): the program must not be empty"
         );
     }
 }

@@ -1,6 +1,7 @@
 //! The `gpusched` client commands against a live stack: `gpusched dev`
 //! (every service in one process, simulated nodes) serving the API on a
-//! free port. Submit, list, get, explain, cancel, watch, queues, nodes
+//! free port. Submit (a command, env, working directory and checkpoint
+//! signal included), list, get, explain, cancel, watch, logs, queues, nodes
 //! (summary and filters), spec files checked before any request, and the
 //! documented exit codes.
 #![allow(clippy::unwrap_used)]
@@ -513,4 +514,135 @@ fn nodes_are_summed_up_and_filtered_and_ended_jobs_keep_their_flavor() {
         .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
         .unwrap();
     assert_eq!(column(&listed, row, "FLAVOR"), flavor, "{listed}");
+}
+
+#[test]
+fn a_jobs_command_env_workdir_and_signal_go_to_the_server() {
+    let dev = Dev::start();
+    let get = |id: u64| -> serde_json::Value {
+        serde_json::from_str(&dev.ok(VISION, &["get", &id.to_string(), "--json"])).unwrap()
+    };
+    // From flags: everything after `--` is the command.
+    let id = submitted_id(&dev.ok(
+        VISION,
+        &[
+            "submit",
+            "-t",
+            "vision",
+            "-G",
+            "1",
+            "--env",
+            "A=1",
+            "--workdir",
+            "/tmp",
+            "--checkpoint-signal",
+            "USR2",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
+        ],
+    ));
+    let spec = &get(id)["spec"];
+    assert_eq!(spec["command"], serde_json::json!(["sh", "-c", "echo hi"]));
+    assert_eq!(spec["env"], serde_json::json!({"A": "1"}));
+    assert_eq!(spec["working_dir"], "/tmp");
+    assert_eq!(spec["checkpoint_signal"], "USR2");
+    // `get` shows it under the job's row, as a shell would take it, with
+    // the env's names only.
+    let shown = dev.ok(VISION, &["get", &id.to_string()]);
+    assert!(shown.contains("command: sh -c 'echo hi'"), "{shown}");
+    assert!(shown.contains("env: A\n"), "{shown}");
+    assert!(shown.contains("checkpoint_signal: USR2"), "{shown}");
+
+    // From a YAML spec file, a flag's variable merged into the file's env.
+    let yaml = dev.dir.0.join("train.yaml");
+    std::fs::write(
+        &yaml,
+        "tenant: vision\nworkers: 1\ngpus_per_worker: 1\ncommand: [python, train.py]\nenv: {A: \"1\"}\n",
+    )
+    .unwrap();
+    let y = yaml.to_str().unwrap();
+    let spec = &get(submitted_id(&dev.ok(VISION, &["submit", "-f", y])))["spec"];
+    assert_eq!(spec["command"], serde_json::json!(["python", "train.py"]));
+    assert_eq!(spec["env"], serde_json::json!({"A": "1"}));
+    assert!(spec.get("working_dir").is_none(), "{spec}");
+    let spec = &get(submitted_id(&dev.ok(
+        VISION,
+        &["submit", "-f", y, "--env", "B=2", "--", "python", "eval.py"],
+    )))["spec"];
+    assert_eq!(spec["command"], serde_json::json!(["python", "eval.py"]));
+    assert_eq!(spec["env"], serde_json::json!({"A": "1", "B": "2"}));
+
+    // Logs: the dev run's simulated agents keep none, so the server's
+    // `no_logs` message is told with exit 3, with or without --follow once
+    // the job has started.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(id)["starts"].as_u64().unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "job {id} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for extra in [&[][..], &["--follow"], &["--err", "--worker", "0"]] {
+        let job = id.to_string();
+        let args: Vec<&str> = ["logs", job.as_str()]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let o = dev.run(VISION, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        assert!(err.starts_with("error: ") && !err.contains("404:"), "{err}");
+        assert!(!err.contains("does not serve job logs"), "{err}");
+        assert!(o.stdout.is_empty());
+    }
+    // A worker the job does not have: refused naming the flag.
+    let o = dev.run(VISION, &["logs", &id.to_string(), "--worker", "5"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("--worker"), "{err}");
+
+    // A job without a command shows none.
+    let plain = submitted_id(&dev.ok(VISION, &["submit", "-t", "vision", "-G", "1"]));
+    assert!(get(plain)["spec"].get("command").is_none());
+    let shown = dev.ok(VISION, &["get", &plain.to_string()]);
+    assert!(!shown.contains("command:"), "{shown}");
+}
+
+#[test]
+fn bad_command_env_and_signal_are_usage_errors_before_any_request() {
+    let dir = tempdir::Dir(
+        std::env::temp_dir().join(format!("gpusched-run-{}", uuid::Uuid::new_v4().simple())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let base = ["submit", "-t", "vision", "-G", "1"];
+    let with = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        offline(&args)
+    };
+    let (c, err) = with(&["--env", "BAD"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("--env"), "{err}");
+    let (c, err) = with(&["--checkpoint-signal", "SIGKILL"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("--checkpoint-signal"), "{err}");
+    assert!(err.contains("SIGUSR1") && err.contains("SIGUSR2"), "{err}");
+    // Good ones go to the server (here: none, so exit 6).
+    let (c, err) = with(&["--env", "A=1", "--checkpoint-signal", "12", "--", "true"]);
+    assert_eq!(c, Some(6), "{err}");
+    // The command as a string, not a list: the file, line and column.
+    let yaml = dir.0.join("job.yaml");
+    std::fs::write(
+        &yaml,
+        "tenant: vision\nworkers: 1\ngpus_per_worker: 1\ncommand: python\n",
+    )
+    .unwrap();
+    let y = yaml.to_str().unwrap();
+    let (c, err) = offline(&["submit", "-f", y]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains(&format!("{y}:4:10: command")), "{err}");
+    assert!(err.contains("invalid type: string"), "{err}");
+    // `logs` needs a job id; with one it asks the server.
+    assert_eq!(offline(&["logs"]).0, Some(2));
+    assert_eq!(offline(&["logs", "1", "--worker", "x"]).0, Some(2));
+    assert_eq!(offline(&["logs", "1", "--err", "--follow"]).0, Some(6));
 }

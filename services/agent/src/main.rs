@@ -190,6 +190,7 @@ async fn node(a: NodeArgs) -> anyhow::Result<()> {
         timeout_grace: seconds("--timeout-grace-s", a.timeout_grace_s)?,
         log_cap_bytes: a.log_cap_mib.saturating_mul(1 << 20),
         poll: Duration::from_millis(200),
+        stop_workers_on_exit: false,
     };
     cfg.spec()
         .check_fields(cfg.path.len())

@@ -58,6 +58,10 @@ pub struct NodeConfig {
     pub log_cap_bytes: u64,
     /// How often checkpoint dirs and logs are looked at.
     pub poll: Duration,
+    /// Stop every worker when the agent stops (`gpusched dev`); a node
+    /// agent leaves them running, like a kubelet, and its next start kills
+    /// them.
+    pub stop_workers_on_exit: bool,
 }
 
 impl NodeConfig {
@@ -179,10 +183,33 @@ pub async fn run_node(
         }
     }
     net.flush().await;
+    if agent.cfg.stop_workers_on_exit {
+        agent.stop_all(&mut reports).await;
+    }
     Ok(())
 }
 
 impl Agent {
+    /// Stops every running worker and waits (a kill grace and a second at
+    /// most) until they exited.
+    async fn stop_all(&mut self, reports: &mut mpsc::Receiver<WorkerReport>) {
+        let runs: BTreeSet<(u64, u32)> = self
+            .workers
+            .iter()
+            .filter(|(_, h)| matches!(h.status.state, WorkerState::Running { .. }))
+            .map(|(k, _)| (k.job, k.run))
+            .collect();
+        for (job, run) in &runs {
+            self.sup.kill(*job, *run);
+        }
+        let until = Instant::now() + self.cfg.kill_grace + Duration::from_secs(1);
+        while !self.sup.running().is_empty() && Instant::now() < until {
+            if let Ok(Some(r)) = tokio::time::timeout_at(until.into(), reports.recv()).await {
+                self.on_report(r);
+            }
+        }
+    }
+
     fn status(&self) -> NodeStatus {
         NodeStatus {
             version: PROTOCOL_VERSION,

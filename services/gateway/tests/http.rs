@@ -647,13 +647,14 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 15] = [
+const SERVED: [(&str, &str); 16] = [
     ("post", "/v1/jobs"),
     ("get", "/v1/jobs"),
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),
     ("get", "/v1/jobs/{id}/events"),
     ("get", "/v1/jobs/{id}/explain"),
+    ("get", "/v1/jobs/{id}/logs"),
     ("get", "/v1/queues"),
     ("get", "/v1/nodes"),
     ("put", "/v1/tenants/{name}"),
@@ -948,5 +949,56 @@ mod never_5xx {
                 Ok(())
             })?;
         }
+    }
+}
+
+#[tokio::test]
+async fn a_jobs_command_env_workdir_and_signal_are_kept_and_checked() {
+    let api = api().await;
+    let spec = json!({"tenant": "vision", "workers": 1, "gpus_per_worker": 1,
+        "command": ["sh", "-c", "echo hi"], "env": {"A": "1", "B": ""},
+        "working_dir": "/tmp", "checkpoint_signal": "USR2"});
+    let id = api.submit_ok(VISION, spec.clone()).await;
+    let (_, st) = api.call("GET", "/v1/status", Some(ADMIN), None).await;
+    api.sync(st["seq"].as_u64().unwrap()).await;
+    let (s, v) = api
+        .call("GET", &format!("/v1/jobs/{id}"), Some(VISION), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    for k in ["command", "env", "working_dir", "checkpoint_signal"] {
+        assert_eq!(v["spec"][k], spec[k], "{k}: {v}");
+    }
+    // A job without them has none in its spec.
+    let plain = api.submit_ok(VISION, job("vision", 1, 1)).await;
+    let (_, st) = api.call("GET", "/v1/status", Some(ADMIN), None).await;
+    api.sync(st["seq"].as_u64().unwrap()).await;
+    let (_, v) = api
+        .call("GET", &format!("/v1/jobs/{plain}"), Some(VISION), None)
+        .await;
+    assert!(v["spec"].get("command").is_none(), "{v}");
+    assert!(v["spec"].get("env").is_none(), "{v}");
+
+    let with = |k: &str, val: Value| {
+        let mut b = job("vision", 1, 1);
+        b[k] = val;
+        b
+    };
+    let cases = [
+        (with("command", json!("python")), "command", "invalid type"),
+        (with("command", json!([""])), "command", "must not be empty"),
+        (with("env", json!({"A=B": "1"})), "env", "names must be"),
+        (with("env", json!({"A": 1})), "env.A", "invalid type"),
+        (
+            with("checkpoint_signal", json!("SIGKILL")),
+            "checkpoint_signal",
+            "SIGUSR1",
+        ),
+    ];
+    for (body, want_field, want_rule) in cases {
+        let (s, v) = api.submit(ADMIN, body.clone()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body} -> {v}");
+        assert_eq!(field(&v), want_field, "{body} -> {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(want_rule), "{body} -> {msg}");
     }
 }

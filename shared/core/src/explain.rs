@@ -224,9 +224,11 @@ fn finished_line(
     if let Some(r) = reason {
         line.push_str(&format!(" — {r}"));
     }
+    // A stopped job's workers were ended on purpose: only a failure's
+    // exits explain anything.
     let failed: Vec<String> = exits
         .iter()
-        .filter(|e| e.code != Some(0))
+        .filter(|e| outcome == Outcome::Failed && e.code != Some(0))
         .map(ToString::to_string)
         .collect();
     if !failed.is_empty() {

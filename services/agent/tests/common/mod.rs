@@ -121,6 +121,7 @@ pub fn node_config(dir: &Path, name: &str, gpus: u32) -> NodeConfig {
         timeout_grace: Duration::from_secs(2),
         log_cap_bytes: 1 << 20,
         poll: Duration::from_millis(100),
+        stop_workers_on_exit: false,
     }
 }
 
@@ -342,8 +343,30 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
+    /// Stops everything, and every worker still running (the agents leave
+    /// theirs running, as a crashed agent would): a test leaves no process.
     fn drop(&mut self) {
         self.shutdown.cancel();
+        let Ok(nodes) = std::fs::read_dir(self.dir.path()) else {
+            return;
+        };
+        for node in nodes.flatten() {
+            let Ok(records) = std::fs::read_dir(node.path().join("state/workers")) else {
+                continue;
+            };
+            for r in records.flatten() {
+                let pgid = std::fs::read_to_string(r.path())
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .and_then(|v| v["pgid"].as_u64());
+                if let Some(pgid) = pgid.filter(|p| *p > 1) {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-KILL", "--", &format!("-{pgid}")])
+                        .stderr(std::process::Stdio::null())
+                        .status();
+                }
+            }
+        }
     }
 }
 
