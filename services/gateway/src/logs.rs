@@ -35,13 +35,23 @@ pub struct LogQuery {
     #[param(minimum = 0)]
     worker: Option<u32>,
     /// `out` (default) or `err`.
-    stream: Option<String>,
+    stream: Option<LogStream>,
     /// Byte offset to read from (0: the start of what the agent keeps).
     #[param(minimum = 0)]
     offset: Option<u64>,
     /// Which run (n-th start) of the job; default the latest.
     #[param(minimum = 1)]
     run: Option<u32>,
+}
+
+/// Which output of a worker.
+#[derive(Clone, Copy, Debug, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    /// Its standard output.
+    Out,
+    /// Its standard error.
+    Err,
 }
 
 /// A chunk of a worker's output.
@@ -80,7 +90,7 @@ fn runs(events: &[LoggedEvent]) -> Vec<(u32, Vec<gpusched_events::Assignment>)> 
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id"), LogQuery),
     responses((status = 200, body = LogView),
-        (status = 400, description = "A bad id, worker, stream, offset or run", body = ErrorBody),
+        (status = 400, description = "A bad id, stream, offset or run, or a worker the job does not have (it has workers 0 to workers - 1)", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such job (or another tenant's), or no output for it: never bound, no node agents, or the agent keeps none", body = ErrorBody),
         (status = 503, description = "The log, or the node's agent, did not answer", body = ErrorBody)),
@@ -105,10 +115,11 @@ pub async fn job_logs(
             format!("the job has workers 0 to {}", workers.saturating_sub(1)),
         ));
     }
-    let stream = q.stream.unwrap_or_else(|| "out".into());
-    if stream != "out" && stream != "err" {
-        return Err(ApiError::field("stream", "must be out or err"));
+    let stream = match q.stream.unwrap_or(LogStream::Out) {
+        LogStream::Out => "out",
+        LogStream::Err => "err",
     }
+    .to_string();
     let no_logs = |why: String| ApiError::new(StatusCode::NOT_FOUND, "no_logs", why);
     let Some((net, root)) = gw.node_net.clone() else {
         return Err(no_logs(
