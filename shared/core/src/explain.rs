@@ -16,7 +16,7 @@
 //! and by when, or which borrowers could be taken, which are protected by
 //! the minimum runtime and until when, or why none can (`relief`).
 //!
-//! Must never: estimate a wait time (BRIEF §6) or state a start time no
+//! Must never: estimate a wait time (docs/architecture.md, "Pending reasons, not predictions") or state a start time no
 //! reservation guarantees, read a clock (`now` is passed in), or change
 //! anything.
 

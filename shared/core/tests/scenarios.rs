@@ -1,5 +1,5 @@
 //! Scenario tests of the scheduling core: each sets up a small cluster and
-//! tenants through events, runs cycles, and asserts one rule of BRIEF §1–3
+//! tenants through events, runs cycles, and asserts one rule of docs/architecture.md ("The rules the core keeps", "Quota model")
 //! and §8 that would fail if the rule broke.
 
 mod common;
@@ -827,7 +827,7 @@ fn quota_picks_a_flavor_whose_nodes_can_hold_the_gang() {
 fn cancelling_a_blocked_admitted_head_lets_the_job_behind_it_be_placed() {
     // Placement looks 2 blocked jobs deep per flavor. Two gangs that do not
     // fit now park the flavor; the small job behind them is not reached.
-    // Cancelling one gang is "a job ahead left" (BRIEF §2): the next pass
+    // Cancelling one gang is "a job ahead left" (docs/architecture.md, "How a cycle stays bounded"): the next pass
     // must reach the small job instead of trusting the parked flavor.
     let cfg = CycleConfig {
         max_heads: 8,
@@ -888,7 +888,7 @@ fn a_gang_too_big_for_its_only_affordable_flavor_runs_once_a_node_is_added() {
 fn a_job_waiting_in_a_full_flavor_is_told_why() {
     // The flavor is full after the first binding; placement stops its pass
     // there (nothing more can fit), so the job behind it gets no JobPending
-    // event, but explain still tells why it waits (BRIEF §6).
+    // event, but explain still tells why it waits (docs/architecture.md, "Pending reasons, not predictions").
     let mut d = Driver::default();
     d.cluster(1, 1, 2, 8, FLAVOR);
     d.tenant(tenant("a").quota(FLAVOR, 32));
