@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -119,13 +119,9 @@ impl Visibility {
 }
 
 async fn read_page(log: &Log, after: u64, limit: usize) -> Result<Vec<LoggedEvent>, ApiError> {
-    log.read_from(after, limit).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )
-    })
+    log.read_from(after, limit)
+        .await
+        .map_err(ApiError::log_unavailable)
 }
 
 fn sse_of(e: &LoggedEvent) -> SseEvent {

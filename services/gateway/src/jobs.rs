@@ -558,13 +558,11 @@ pub async fn job_events(
 ) -> Result<Json<Vec<LoggedJobEvent>>, ApiError> {
     let id = job_id(&path_param(id)?)?;
     visible(read_view(&gw.view).state(), &who, id)?;
-    let events = gw.log.job_events(id).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )
-    })?;
+    let events = gw
+        .log
+        .job_events(id)
+        .await
+        .map_err(ApiError::log_unavailable)?;
     Ok(Json(
         events
             .into_iter()
@@ -636,13 +634,7 @@ pub async fn explain_job(
 ) -> Result<Json<ExplainView>, ApiError> {
     let id = job_id(&path_param(id)?)?;
     visible(read_view(&gw.view).state(), &who, id)?;
-    let unavailable = |e: gpusched_store::StoreError| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )
-    };
+    let unavailable = ApiError::log_unavailable;
     let mut logged = gw.log.job_events(id).await.map_err(unavailable)?;
     // Plans are logged under their beneficiary: the ones that chose this
     // job as a victim are read separately (only for a job ever preempted).

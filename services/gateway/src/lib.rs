@@ -272,6 +272,15 @@ impl ApiError {
         }
     }
 
+    /// 503: the event log could not be read; nothing was written.
+    fn log_unavailable(e: impl std::fmt::Display) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        )
+    }
+
     fn not_found(what: impl Into<String>) -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
     }

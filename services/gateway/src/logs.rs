@@ -126,13 +126,11 @@ pub async fn job_logs(
             "no node agents serve logs here (simulated agents run no processes)".into(),
         ));
     };
-    let events = gw.log.job_events(id).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        )
-    })?;
+    let events = gw
+        .log
+        .job_events(id)
+        .await
+        .map_err(ApiError::log_unavailable)?;
     let runs = runs(&events);
     let (run, assignments) = match q.run {
         None => runs.last().cloned(),
