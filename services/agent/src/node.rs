@@ -215,7 +215,14 @@ impl Agent {
             version: PROTOCOL_VERSION,
             boot: self.boot,
             spec: self.cfg.spec(),
-            workers: self.workers.values().map(|h| h.status.clone()).collect(),
+            // A worker being started is reported once its process runs
+            // (or failed to start), never before.
+            workers: self
+                .workers
+                .values()
+                .filter(|h| !matches!(h.status.state, WorkerState::Running { pid: 0, .. }))
+                .map(|h| h.status.clone())
+                .collect(),
         }
     }
 
