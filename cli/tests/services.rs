@@ -107,16 +107,50 @@ async fn wait_ended(stack: &Stack, n: usize) -> Status {
     }
 }
 
-/// The log holds each job's submission once and its end once, and a replay
-/// to the live view's sequence gives the live hash.
+/// The log holds each job's submission once; each job ends exactly once in
+/// the state folded from it; and a replay to the live view's sequence gives
+/// the live hash.
+///
+/// The agent and the preemption service write concurrently, so a run can
+/// end twice in the log: the agent reports it finished while the
+/// preemption service, not having seen that yet, preempts it. The later
+/// of the two is superseded (the fold refuses it). That is the only way a
+/// second `JobFinished` may appear: one the fold refuses must follow an
+/// event of another writer that ended the same run.
 async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
     let events = stack.db.store.read_from(0, 10_000_000).await.unwrap();
     let mut submitted: HashMap<u64, u32> = HashMap::new();
     let mut finished: HashMap<u64, u32> = HashMap::new();
+    // The event that last ended or restarted each job's run.
+    let mut last_turn: HashMap<u64, (i64, &'static str)> = HashMap::new();
+    let mut state = gpusched_core::State::new();
+    let mut superseded_finishes = 0;
     for e in &events {
+        let applied = state.apply(&e.event).is_ok();
+        let job = e.event.job().map(|j| j.0);
         match &e.event {
             Event::JobSubmitted { job, .. } => *submitted.entry(job.0).or_default() += 1,
-            Event::JobFinished { job, .. } => *finished.entry(job.0).or_default() += 1,
+            Event::JobFinished { job, .. } if applied => {
+                *finished.entry(job.0).or_default() += 1
+            }
+            Event::JobFinished { job, .. } => {
+                superseded_finishes += 1;
+                let turn = last_turn.get(&job.0);
+                assert!(
+                    matches!(turn, Some((_, "job_preempted" | "job_cancelled"))),
+                    "job {} finished again at seq {} after {turn:?}, not after another \
+                     writer ended its run",
+                    job.0,
+                    e.seq
+                );
+            }
+            Event::JobStarted { .. } | Event::JobPreempted { .. } | Event::JobCancelled { .. }
+                if applied =>
+            {
+                if let Some(j) = job {
+                    last_turn.insert(j, (e.seq, e.event.kind()));
+                }
+            }
             _ => {}
         }
     }
@@ -125,6 +159,7 @@ async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
     for id in ids {
         assert_eq!(finished.get(id), Some(&1), "job {id} finished exactly once");
     }
+    eprintln!("{superseded_finishes} finish reports lost a race to a preemption");
     let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "dense log");
     let replayed = stack

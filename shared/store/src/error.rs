@@ -1,7 +1,12 @@
 //! The store's errors: what went wrong, naming the field or sequence at fault.
 //!
+//! Owns: the split of database failures into "unavailable now, retry later"
+//! (`StoreError::Unavailable`, with its `Outage`) and everything else.
+//!
 //! Must never: hide a refusal (stale epoch, lost lease) behind a generic
-//! database error; callers act differently on each.
+//! database error, or call a failure that retrying cannot cure (bad SQL,
+//! a constraint, a wrong password) unavailable; callers act differently on
+//! each.
 
 use gpusched_core::ApplyError;
 use thiserror::Error;
@@ -87,10 +92,164 @@ pub enum StoreError {
     /// Migrating the schema failed.
     #[error("migrate: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// Postgres or the connection failed.
+    /// The database cannot serve the call now: it is down, restarting or
+    /// unreachable, or the call waited too long on a writer that stalled.
+    /// Retry later (a server answers 503). An append that failed this way
+    /// while committing may have committed: retry it with the same
+    /// idempotency keys and the events already written are skipped.
+    #[error("database unavailable ({outage}): {source}")]
+    Unavailable {
+        /// Why.
+        outage: Outage,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Postgres failed in a way retrying does not cure (see `Unavailable`
+    /// for the ones it does).
     #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
+}
+
+/// Why the database could not serve a call (`StoreError::Unavailable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outage {
+    /// No connection within the pool's acquire timeout: connecting kept
+    /// failing (the server is down or unreachable) or every connection
+    /// stayed busy.
+    PoolTimedOut,
+    /// Connecting, sending or receiving failed, or the server closed the
+    /// connection (SQLSTATE class 08): it stopped, crashed or is cut off.
+    ConnectionLost,
+    /// The server is shutting down, starting, recovering or full
+    /// (57P01, 57P02, 57P03, 53300).
+    NotAccepting,
+    /// A statement waited longer than `lock_timeout` for the lease row or
+    /// the append lock, held by a writer that did not finish (55P03).
+    LockTimedOut,
+    /// A statement ran longer than `statement_timeout` or was cancelled
+    /// (57014).
+    StatementTimedOut,
+    /// The server ended this session because it sat idle inside a
+    /// transaction too long (25P03, e.g. this process was paused in an
+    /// append: that append did not commit) or idle too long (57P05).
+    SessionTimedOut,
+}
+
+impl Outage {
+    /// The outage a driver error reports; `None`: not one retrying cures.
+    pub fn of(e: &sqlx::Error) -> Option<Outage> {
+        match e {
+            sqlx::Error::PoolTimedOut => Some(Outage::PoolTimedOut),
+            sqlx::Error::Io(_) => Some(Outage::ConnectionLost),
+            sqlx::Error::Database(db) => db.code().as_deref().and_then(Outage::of_sqlstate),
+            _ => None,
+        }
+    }
+
+    /// The outage a Postgres SQLSTATE reports, if any.
+    fn of_sqlstate(code: &str) -> Option<Outage> {
+        match code {
+            "55P03" => Some(Outage::LockTimedOut),
+            "57014" => Some(Outage::StatementTimedOut),
+            "25P03" | "57P05" => Some(Outage::SessionTimedOut),
+            "57P01" | "57P02" | "57P03" | "53300" => Some(Outage::NotAccepting),
+            c if c.starts_with("08") => Some(Outage::ConnectionLost),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Outage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outage::PoolTimedOut => "no connection within the acquire timeout",
+            Outage::ConnectionLost => "connection lost",
+            Outage::NotAccepting => "server not accepting work",
+            Outage::LockTimedOut => "lock wait timed out",
+            Outage::StatementTimedOut => "statement timed out",
+            Outage::SessionTimedOut => "session ended by the server",
+        })
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(source: sqlx::Error) -> Self {
+        match Outage::of(&source) {
+            Some(outage) => StoreError::Unavailable { outage, source },
+            None => StoreError::Database(source),
+        }
+    }
+}
+
+impl StoreError {
+    /// Why the database could not serve the call, when retrying later can
+    /// cure it (`Unavailable`, or a migration that failed for such a
+    /// reason).
+    pub fn outage(&self) -> Option<Outage> {
+        use sqlx::migrate::MigrateError;
+        match self {
+            StoreError::Unavailable { outage, .. } => Some(*outage),
+            StoreError::Migrate(
+                MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _),
+            ) => Outage::of(e),
+            _ => None,
+        }
+    }
+
+    /// True when the database could not serve the call now and a retry
+    /// later may succeed (answer 503; see `Unavailable`).
+    pub fn is_unavailable(&self) -> bool {
+        self.outage().is_some()
+    }
 }
 
 /// The store's result.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_failures_are_unavailable() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let cases = [
+            (sqlx::Error::PoolTimedOut, Outage::PoolTimedOut),
+            (sqlx::Error::Io(refused), Outage::ConnectionLost),
+        ];
+        for (e, want) in cases {
+            let err = StoreError::from(e);
+            assert_eq!(err.outage(), Some(want), "{err}");
+            assert!(err.is_unavailable());
+            assert!(matches!(err, StoreError::Unavailable { .. }));
+        }
+    }
+
+    #[test]
+    fn other_driver_failures_are_not_unavailable() {
+        for e in [sqlx::Error::RowNotFound, sqlx::Error::PoolClosed] {
+            let err = StoreError::from(e);
+            assert!(matches!(err, StoreError::Database(_)), "{err}");
+            assert!(!err.is_unavailable());
+        }
+    }
+
+    #[test]
+    fn sqlstates_map_to_outages() {
+        let cases = [
+            ("55P03", Some(Outage::LockTimedOut)),
+            ("57014", Some(Outage::StatementTimedOut)),
+            ("25P03", Some(Outage::SessionTimedOut)),
+            ("57P01", Some(Outage::NotAccepting)),
+            ("57P03", Some(Outage::NotAccepting)),
+            ("08006", Some(Outage::ConnectionLost)),
+            ("23505", None),
+            ("42P01", None),
+            ("28P01", None),
+        ];
+        for (code, want) in cases {
+            assert_eq!(Outage::of_sqlstate(code), want, "{code}");
+        }
+    }
+}

@@ -4,6 +4,13 @@
 //! takeover increments its epoch; appends carry the epoch (`Fence`) and the
 //! store refuses any that is not the lease's current one (docs/architecture.md, "One writer per stage").
 //!
+//! A takeover (and a renewal) waits for the appends in flight under the
+//! lease, which hold its row `FOR SHARE` until they end: never for long, as
+//! the server ends a transaction left idle by a paused writer (it aborts:
+//! an append whose epoch check passed either commits before the takeover
+//! or not at all), and a wait past the lock timeout fails as
+//! `Outage::LockTimedOut` for the caller to retry (`StoreOptions`).
+//!
 //! Must never: decrease an epoch, hand an unexpired lease to another holder,
 //! or use the client's clock (expiry is judged by Postgres's `now()`).
 

@@ -21,6 +21,18 @@
 //! after that lock (`clock_timestamp()`), so it does not decrease along the
 //! sequence unless the database clock steps back.
 //!
+//! Waiting is bounded (`StoreOptions`). A call gets a connection within
+//! the acquire timeout or fails as unavailable (so with the database down
+//! every call fails in about a second, and the pool reconnects by itself
+//! once it is back); the one wait left unbounded is a statement already
+//! sent on a connection that then goes silent without a reset (a cut
+//! network), which lasts until TCP gives up. The server ends a session that
+//! sits idle inside a transaction (a writer paused mid-append: its
+//! transaction aborts and its locks go), and a statement waiting on the
+//! lease row or the append lock gives up after the lock timeout; so one
+//! stalled writer stalls the others only briefly, never for as long as it
+//! is paused, and never commits after a takeover.
+//!
 //! Replay folds every event with `State::apply`. An event `apply` refuses
 //! (a decision another writer's earlier event made void, e.g. an admission
 //! of a job cancelled just before) changes nothing and is counted as
@@ -32,7 +44,7 @@ mod lease;
 mod meta;
 pub mod testing;
 
-pub use error::{Result, StoreError};
+pub use error::{Outage, Result, StoreError};
 pub use lease::{Fence, Lease};
 pub use meta::{aggregate_of, producer_name, AggregateKind};
 
@@ -42,6 +54,7 @@ use gpusched_events::Event;
 use gpusched_model::JobId;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
+use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 /// The schema version written with every event; rows with a newer version
@@ -178,6 +191,84 @@ pub enum Until {
     Time(DateTime<Utc>),
 }
 
+/// How the store connects and how long it lets anything wait
+/// (`EventStore::connect_with`). `StoreOptions::default()` is what
+/// `EventStore::connect` uses, with its pool size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Connections in the pool.
+    pub max_connections: u32,
+    /// Longest a call waits for a connection, connecting included; then it
+    /// fails with `Outage::PoolTimedOut`. With the database down or
+    /// unreachable every call fails within about this long.
+    pub acquire_timeout: Duration,
+    /// How long `connect_with` keeps trying to reach the database (a
+    /// service started together with its database waits for it); zero:
+    /// one attempt. Calls after that never wait for it.
+    pub startup_timeout: Duration,
+    /// The server ends a session whose transaction sits idle this long
+    /// (`idle_in_transaction_session_timeout`): a writer paused inside an
+    /// append loses its transaction and its locks, so it holds up other
+    /// writers and a lease takeover at most this long. Keep it well under
+    /// the lease TTL. `None`: the server's setting.
+    pub idle_in_transaction_timeout: Option<Duration>,
+    /// Longest a statement waits for a lock (`lock_timeout`): the lease row
+    /// or the append lock, held by a writer that has not finished. Longer
+    /// than `idle_in_transaction_timeout`, so a writer queued behind a
+    /// paused one gets through once the server ends the paused one's
+    /// transaction; shorter than the lease TTL. `None`: the server's
+    /// setting.
+    pub lock_timeout: Option<Duration>,
+    /// Longest a statement runs (`statement_timeout`); migrations are
+    /// exempt. `None`: the server's setting.
+    pub statement_timeout: Option<Duration>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 4,
+            acquire_timeout: Duration::from_secs(1),
+            startup_timeout: Duration::from_secs(30),
+            idle_in_transaction_timeout: Some(Duration::from_secs(1)),
+            lock_timeout: Some(Duration::from_secs(2)),
+            statement_timeout: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The settings every connection of the store starts with. Server
+    /// notices below warnings (such as "relation … already exists,
+    /// skipping" from an idempotent migration) are not sent to the client.
+    fn session_settings(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![("client_min_messages", "warning".to_string())];
+        let timeouts = [
+            (
+                "idle_in_transaction_session_timeout",
+                self.idle_in_transaction_timeout,
+            ),
+            ("lock_timeout", self.lock_timeout),
+            ("statement_timeout", self.statement_timeout),
+        ];
+        for (name, value) in timeouts {
+            if let Some(d) = value {
+                out.push((name, pg_millis(d).to_string()));
+            }
+        }
+        out
+    }
+}
+
+/// A duration as a Postgres timeout setting in milliseconds: rounded up
+/// (0 would turn the timeout off) and capped at what the setting holds.
+fn pg_millis(d: Duration) -> u128 {
+    d.as_nanos().div_ceil(1_000_000).clamp(1, i32::MAX as u128)
+}
+
+/// Pause between attempts to reach the database in `connect_with`.
+const STARTUP_RETRY: Duration = Duration::from_millis(250);
+
 /// The event log: a handle on a Postgres pool.
 #[derive(Clone, Debug)]
 pub struct EventStore {
@@ -189,21 +280,51 @@ const SELECT_COLUMNS: &str = "seq, recorded_at, aggregate_kind, aggregate_id, ki
      payload::text AS payload";
 
 impl EventStore {
-    /// A store on an existing pool.
+    /// A store on an existing pool, with that pool's settings: the
+    /// timeouts of `StoreOptions` are set by `connect`/`connect_with` only.
     pub fn new(pool: PgPool) -> Self {
         EventStore { pool }
     }
 
-    /// Connects to `url` with a pool of up to `max_connections`. Server
-    /// notices below warnings (such as "relation … already exists,
-    /// skipping" from an idempotent migration) are not sent to the client.
+    /// Connects to `url` with a pool of up to `max_connections` and the
+    /// other `StoreOptions` defaults.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
-        let options: PgConnectOptions = url.parse()?;
+        let options = StoreOptions {
+            max_connections,
+            ..StoreOptions::default()
+        };
+        Self::connect_with(url, options).await
+    }
+
+    /// Connects to `url` with these options, waiting up to
+    /// `options.startup_timeout` for the database to accept a connection.
+    /// A failure retrying cannot cure (a wrong password, a missing
+    /// database) returns at once.
+    pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Self> {
+        let connect: PgConnectOptions = url.parse()?;
         let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .connect_with(options.options([("client_min_messages", "warning")]))
-            .await?;
-        Ok(EventStore { pool })
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect.options(options.session_settings()));
+        let store = EventStore { pool };
+        store.wait_for_database(options.startup_timeout).await?;
+        Ok(store)
+    }
+
+    /// Tries to get a connection until one comes, a failure retrying cannot
+    /// cure, or `within` has passed.
+    async fn wait_for_database(&self, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let err = match self.pool.acquire().await {
+                Ok(_) => return Ok(()),
+                Err(e) => StoreError::from(e),
+            };
+            if !err.is_unavailable() || Instant::now() >= deadline {
+                return Err(err);
+            }
+            tokio::time::sleep(STARTUP_RETRY).await;
+        }
     }
 
     /// Creates the database `url` names when it does not exist yet; true if
@@ -227,9 +348,17 @@ impl EventStore {
         &self.pool
     }
 
-    /// Applies the embedded migrations that have not run yet.
+    /// Applies the embedded migrations that have not run yet. They run
+    /// without the lock and statement timeouts (they may wait for another
+    /// instance migrating, and rewrite a large table), on a connection that
+    /// is closed afterwards rather than returned to the pool.
     pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
+        let mut conn = self.pool.acquire().await?;
+        conn.close_on_drop();
+        sqlx::raw_sql("SET lock_timeout = 0; SET statement_timeout = 0")
+            .execute(&mut *conn)
+            .await?;
+        MIGRATOR.run(&mut *conn).await?;
         Ok(())
     }
 
@@ -242,6 +371,14 @@ impl EventStore {
     /// skipped and counted in `duplicates`. A lease takeover waits for
     /// in-flight appends under the old epoch and every later append under
     /// it is refused.
+    ///
+    /// Waiting is bounded (module docs): behind a stalled writer this fails
+    /// with `Outage::LockTimedOut` after the lock timeout; a caller paused
+    /// inside it longer than the idle-in-transaction timeout finds its
+    /// transaction ended (`Outage::SessionTimedOut` or `ConnectionLost`),
+    /// with nothing written. An `Unavailable` error during the commit
+    /// leaves it unknown whether the batch committed: retrying it with the
+    /// same idempotency keys writes each event at most once.
     pub async fn append(&self, batch: &[NewEvent], fence: &Fence) -> Result<AppendOutcome> {
         let n = batch.len();
         let mut agg_kinds: Vec<&'static str> = Vec::with_capacity(n);
@@ -581,4 +718,47 @@ fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
         idempotency_key: row.try_get("idempotency_key")?,
         event,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_become_session_settings_in_whole_milliseconds() {
+        let options = StoreOptions {
+            idle_in_transaction_timeout: Some(Duration::from_micros(1_500)),
+            lock_timeout: Some(Duration::from_secs(2)),
+            statement_timeout: None,
+            ..StoreOptions::default()
+        };
+        let settings = options.session_settings();
+        let get = |name: &str| {
+            settings
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("client_min_messages"), Some("warning"));
+        assert_eq!(get("idle_in_transaction_session_timeout"), Some("2"));
+        assert_eq!(get("lock_timeout"), Some("2000"));
+        assert_eq!(get("statement_timeout"), None);
+    }
+
+    #[test]
+    fn tiny_and_huge_timeouts_stay_on_and_in_range() {
+        assert_eq!(pg_millis(Duration::from_nanos(1)), 1);
+        assert_eq!(pg_millis(Duration::ZERO), 1);
+        assert_eq!(pg_millis(Duration::from_secs(u64::MAX)), i32::MAX as u128);
+    }
+
+    #[test]
+    fn defaults_clear_a_paused_writer_before_waiters_give_up() {
+        let o = StoreOptions::default();
+        let idle = o.idle_in_transaction_timeout.unwrap();
+        let lock = o.lock_timeout.unwrap();
+        assert!(idle < lock, "waiters must outlast the idle timeout");
+        assert!(lock < Duration::from_secs(5), "under the default lease TTL");
+        assert!(o.acquire_timeout <= Duration::from_secs(1));
+    }
 }
