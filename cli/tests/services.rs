@@ -130,9 +130,7 @@ async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
         let job = e.event.job().map(|j| j.0);
         match &e.event {
             Event::JobSubmitted { job, .. } => *submitted.entry(job.0).or_default() += 1,
-            Event::JobFinished { job, .. } if applied => {
-                *finished.entry(job.0).or_default() += 1
-            }
+            Event::JobFinished { job, .. } if applied => *finished.entry(job.0).or_default() += 1,
             Event::JobFinished { job, .. } => {
                 superseded_finishes += 1;
                 let turn = last_turn.get(&job.0);
