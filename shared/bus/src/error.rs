@@ -3,6 +3,8 @@
 //! Owns: [`BusError`]. Must never: carry secrets or whole payloads in
 //! messages.
 
+use std::time::Duration;
+
 /// Everything that can go wrong on the bus.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -34,6 +36,39 @@ pub enum BusError {
         /// The client's error.
         #[source]
         source: async_nats::Error,
+    },
+    /// A NATS operation got no answer within its bound (the server is
+    /// down, restarting, or lost the request).
+    #[error("nats {op}: no answer within {} ms", after.as_millis())]
+    TimedOut {
+        /// What was being done.
+        op: &'static str,
+        /// The bound that ran out.
+        after: Duration,
+    },
+    /// The client is not connected to the server now (it keeps
+    /// reconnecting by itself).
+    #[error("nats {op}: not connected to the server")]
+    NotConnected {
+        /// What was being done.
+        op: &'static str,
+    },
+    /// No stream takes the subject (deleted, or the server lost its store):
+    /// JetStream answered a publish with "no responders".
+    #[error("nats publish: no stream takes subject {subject}")]
+    NoStream {
+        /// The subject published to.
+        subject: String,
+    },
+    /// A consumer is not bound to the server now; it binds again by itself
+    /// while the caller reads the log.
+    #[error("nats consumer {consumer}: not bound ({reason})")]
+    Unbound {
+        /// The durable name, or `ephemeral`.
+        consumer: String,
+        /// Why: the last bind or read error, or that the client is
+        /// disconnected.
+        reason: String,
     },
 }
 

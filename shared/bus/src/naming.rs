@@ -29,7 +29,9 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-fn check(field: &'static str, value: &str) -> Result<(), BusError> {
+/// `Ok` if `value` is a plain subject token, else [`BusError::InvalidName`]
+/// naming `field`.
+pub(crate) fn check(field: &'static str, value: &str) -> Result<(), BusError> {
     if is_token(value) {
         Ok(())
     } else {

@@ -1,18 +1,29 @@
 //! Pipelined publishing of envelopes.
 //!
 //! Owns: [`Publisher`]. Must never: publish without the idempotency key
-//! (`Nats-Msg-Id`), or hold more than its bound of unacknowledged publishes.
+//! (`Nats-Msg-Id`), hold more than its bound of unacknowledged publishes,
+//! or wait on the server without a bound (every step gives up after the
+//! publish timeout and returns an error; the log has the batch anyway).
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
-use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
+use async_nats::jetstream::{
+    self,
+    context::{PublishAckFuture, PublishErrorKind},
+    message::PublishMessage,
+};
 use bytes::Bytes;
 
-use crate::{encode, msg_id, BusError, Envelope, Namespace};
+use crate::{bounded, encode, ensure_stream, is_connected, msg_id, BusError, Envelope, Namespace};
 
 /// Default bound on publishes awaiting their ack (below async-nats' own
 /// 5,000).
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
+
+/// Default bound on one [`Publisher::publish`], and on each send and each
+/// ack of [`Publisher::publish_all`].
+pub const DEFAULT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The W3C trace-context header carried when given.
 pub const TRACEPARENT: &str = "traceparent";
@@ -27,20 +38,28 @@ pub struct PublishOutcome {
 }
 
 /// Publishes envelopes to `<root>.evt.<producer>`, many in flight at once.
+/// If the events stream is missing (deleted, or the server lost its store)
+/// it re-creates it with [`ensure_stream`] and publishes again, once per
+/// call.
 #[derive(Clone, Debug)]
 pub struct Publisher {
     js: jetstream::Context,
+    client: async_nats::Client,
     namespace: Namespace,
     max_in_flight: usize,
+    timeout: Duration,
 }
 
 impl Publisher {
-    /// A publisher in this namespace with [`DEFAULT_MAX_IN_FLIGHT`].
+    /// A publisher in this namespace with [`DEFAULT_MAX_IN_FLIGHT`] and
+    /// [`DEFAULT_PUBLISH_TIMEOUT`].
     pub fn new(js: jetstream::Context, namespace: Namespace) -> Self {
         Publisher {
+            client: js.client(),
             js,
             namespace,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            timeout: DEFAULT_PUBLISH_TIMEOUT,
         }
     }
 
@@ -50,22 +69,76 @@ impl Publisher {
         self
     }
 
-    /// Publishes one envelope and awaits its ack.
+    /// Sets the publish timeout (at least 1 ms).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Publishes one envelope and awaits its ack, all within the publish
+    /// timeout: [`BusError::NotConnected`] at once while the client is
+    /// disconnected, [`BusError::TimedOut`] when the server does not answer
+    /// in time.
     pub async fn publish(
         &self,
         envelope: &Envelope,
         traceparent: Option<&str>,
     ) -> Result<PublishOutcome, BusError> {
-        let ack = self.send(envelope, traceparent).await?;
-        Self::wait(ack).await
+        self.check_connected()?;
+        bounded("publish", self.timeout, async {
+            match self.publish_one(envelope, traceparent).await {
+                Err(BusError::NoStream { .. }) => {
+                    self.ensure_stream().await?;
+                    self.publish_one(envelope, traceparent).await
+                }
+                other => other,
+            }
+        })
+        .await
     }
 
     /// Publishes all envelopes in order without awaiting each ack inline:
     /// up to the in-flight bound are sent before the oldest ack is awaited.
-    /// Returns one outcome per envelope, in order. On the first error it
-    /// stops; envelopes already sent may or may not be stored, and a retry
-    /// with the same envelopes is deduplicated by their `Nats-Msg-Id`.
+    /// Returns one outcome per envelope, in order. Fails at once while the
+    /// client is disconnected; each send and each ack is bounded by the
+    /// publish timeout. On the first error it stops; envelopes already sent may or
+    /// may not be stored, and a retry with the same envelopes is
+    /// deduplicated by their `Nats-Msg-Id`.
     pub async fn publish_all(
+        &self,
+        envelopes: &[Envelope],
+        traceparent: Option<&str>,
+    ) -> Result<Vec<PublishOutcome>, BusError> {
+        self.check_connected()?;
+        match self.publish_all_once(envelopes, traceparent).await {
+            Err(BusError::NoStream { .. }) => {
+                self.ensure_stream().await?;
+                self.publish_all_once(envelopes, traceparent).await
+            }
+            other => other,
+        }
+    }
+
+    /// Fails at once while the client is not connected: a publish queued
+    /// meanwhile would only go out stale, or time out.
+    fn check_connected(&self) -> Result<(), BusError> {
+        if is_connected(&self.client) {
+            Ok(())
+        } else {
+            Err(BusError::NotConnected { op: "publish" })
+        }
+    }
+
+    async fn publish_one(
+        &self,
+        envelope: &Envelope,
+        traceparent: Option<&str>,
+    ) -> Result<PublishOutcome, BusError> {
+        let ack = self.send(envelope, traceparent).await?;
+        self.wait(ack).await
+    }
+
+    async fn publish_all_once(
         &self,
         envelopes: &[Envelope],
         traceparent: Option<&str>,
@@ -75,15 +148,25 @@ impl Publisher {
         for envelope in envelopes {
             if in_flight.len() >= self.max_in_flight {
                 if let Some(ack) = in_flight.pop_front() {
-                    outcomes.push(Self::wait(ack).await?);
+                    outcomes.push(self.wait(ack).await?);
                 }
             }
             in_flight.push_back(self.send(envelope, traceparent).await?);
         }
         while let Some(ack) = in_flight.pop_front() {
-            outcomes.push(Self::wait(ack).await?);
+            outcomes.push(self.wait(ack).await?);
         }
         Ok(outcomes)
+    }
+
+    /// Re-creates the events stream of this namespace if it is missing.
+    async fn ensure_stream(&self) -> Result<(), BusError> {
+        let (name, subjects) = (self.namespace.evt_stream(), self.namespace.evt_wildcard());
+        let ensure = ensure_stream(&self.js, &name, vec![subjects]);
+        bounded("ensure stream", self.timeout, async {
+            ensure.await.map(drop)
+        })
+        .await
     }
 
     async fn send(
@@ -98,14 +181,29 @@ impl Publisher {
         if let Some(tp) = traceparent {
             msg = msg.header(TRACEPARENT, tp);
         }
-        self.js
-            .send_publish(subject, msg)
-            .await
-            .map_err(|e| BusError::nats("publish", e))
+        bounded("publish", self.timeout, async {
+            self.js
+                .send_publish(subject, msg)
+                .await
+                .map_err(|e| BusError::nats("publish", e))
+        })
+        .await
     }
 
-    async fn wait(ack: PublishAckFuture) -> Result<PublishOutcome, BusError> {
-        let ack = ack.await.map_err(|e| BusError::nats("publish ack", e))?;
+    async fn wait(&self, ack: PublishAckFuture) -> Result<PublishOutcome, BusError> {
+        let ack = bounded("publish ack", self.timeout, async {
+            ack.await.map_err(|e| match e.kind() {
+                PublishErrorKind::StreamNotFound => BusError::NoStream {
+                    subject: self.namespace.evt_wildcard(),
+                },
+                PublishErrorKind::TimedOut => BusError::TimedOut {
+                    op: "publish ack",
+                    after: self.timeout,
+                },
+                _ => BusError::nats("publish ack", e),
+            })
+        })
+        .await?;
         Ok(PublishOutcome {
             stream_seq: ack.sequence,
             duplicate: ack.duplicate,

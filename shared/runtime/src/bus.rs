@@ -1,20 +1,67 @@
 //! The bus as services see it: NATS JetStream in production, an in-process
 //! broadcast channel in `gpusched dev`.
 //!
+//! Owns: [`Bus`] (connect, publish, subscribe, the outbox relay's
+//! [`Bus::last_published`]), [`Feed`] and the splitting of large batches.
+//! Must never: be needed for a service to start or decide (the log is the
+//! record), or wait on nats-server without a bound.
+//!
 //! The bus is the fast path only. Every batch on it names the log sequence
 //! range it carries, so a follower puts batches back in log order and fills
 //! whatever the bus lost or reordered from the log itself.
+//!
+//! # While NATS is down
+//!
+//! - [`Bus::connect_nats`] succeeds without a server (the client keeps
+//!   reconnecting, every [`RECONNECT_DELAY_MAX`] at most); the streams are
+//!   created when first needed (a publish that finds none, a feed's bind).
+//! - [`Bus::feed`] and [`Bus::feed_ephemeral`] need no server: a feed binds
+//!   on its first [`Feed::next`]. While it cannot bind, `next` waits out its
+//!   `timeout` and returns `Err` (the caller reads the log); it never takes
+//!   much more than `timeout` (scheduling plus [`ACK_BOUND`] at most).
+//! - After the server is killed, a feed notices within about 2 s (missed
+//!   heartbeats) or at once (disconnect), and once the server accepts
+//!   connections again it re-binds within about a second, re-creating the
+//!   stream and consumer if the server lost its store. Batches in flight
+//!   during the outage may be lost to the feed; the log has them.
+//! - [`Bus::publish`] returns `Err` at once while the client is
+//!   disconnected, and within [`gpusched_bus::DEFAULT_PUBLISH_TIMEOUT`] per
+//!   message when the server does not answer; it re-creates a missing
+//!   stream. [`Bus::last_published`] returns `Err` (not 0), as fast.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpusched_bus::async_nats::{self, jetstream};
-use gpusched_bus::{ensure_stream, BatchV1, BusError, Envelope, Namespace, Publisher, Subscriber};
+use gpusched_bus::async_nats;
+use gpusched_bus::async_nats::jetstream::{self, stream::LastRawMessageErrorKind, ErrorCode};
+use gpusched_bus::{
+    bounded, ensure_stream, is_connected, wait_connected, BatchV1, BusError, ConsumerSpec,
+    Envelope, Namespace, Publisher, StreamSubscriber,
+};
 use tokio::sync::broadcast;
+use tracing::{info, warn};
 
 /// Capacity of the in-process channel; a follower that falls further
 /// behind reads the gap from the log.
 const MEMORY_CAPACITY: usize = 16_384;
+
+/// Longest pause between two attempts to reconnect to NATS.
+pub const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(1);
+
+/// How long [`Bus::connect_nats`] waits for the first connection before it
+/// leaves the streams to be created when first needed.
+const CONNECT_GRACE: Duration = Duration::from_millis(500);
+
+/// Bound on one NATS request made here (stream setup, last published).
+const REQUEST_BOUND: Duration = Duration::from_secs(2);
+
+/// Bound on acking what one [`Feed::next`] took (acks are buffered
+/// publishes; this only bites while the connection is stuck).
+pub const ACK_BOUND: Duration = Duration::from_millis(100);
+
+/// How long the server keeps an ephemeral feed's consumer after its last
+/// pull.
+const EPHEMERAL_IDLE: Duration = Duration::from_secs(30);
 
 /// Most events in one NATS message. A batch's JSON events are a few
 /// hundred bytes each; NATS refuses payloads over 1 MiB by default (a
@@ -80,21 +127,27 @@ pub enum Incoming {
 /// A subscription to every producer's batches.
 #[derive(Debug)]
 pub enum Feed {
-    /// A durable JetStream pull consumer.
-    Nats(Box<Subscriber>),
+    /// A JetStream pull consumer (durable or ephemeral), bound lazily and
+    /// re-bound after faults.
+    Nats(Box<StreamSubscriber>),
     /// An in-process receiver.
     Memory(broadcast::Receiver<Arc<BatchV1>>),
 }
 
 impl Bus {
-    /// Connects to NATS and makes sure the event and command streams exist.
+    /// Connects to NATS, or keeps trying in the background if it is down:
+    /// succeeds without a server (fails only on a malformed URL). If the
+    /// server answers within half a second, makes sure the event and
+    /// command streams exist; otherwise they are made when first needed.
     pub async fn connect_nats(url: &str, namespace: Namespace) -> Result<Bus, BusError> {
-        let client = async_nats::connect(url)
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .reconnect_delay_callback(reconnect_delay)
+            .connect(url)
             .await
             .map_err(|e| BusError::nats("connect", e))?;
         let js = jetstream::new(client);
-        ensure_stream(&js, &namespace.evt_stream(), vec![namespace.evt_wildcard()]).await?;
-        ensure_stream(&js, &namespace.cmd_stream(), vec![namespace.cmd_wildcard()]).await?;
+        ensure_streams_if_up(&js, &namespace).await;
         let publisher = Publisher::new(js.clone(), namespace.clone());
         Ok(Bus::Nats(Box::new(NatsBus {
             js,
@@ -132,12 +185,19 @@ impl Bus {
         }
     }
 
-    /// Subscribes as `durable` (a service's name) to every producer.
+    /// Subscribes as `durable` (a service's name) to every producer. Needs
+    /// no server: the feed binds on its first [`Feed::next`].
     pub async fn feed(&self, durable: &str) -> Result<Feed, BusError> {
         match self {
             Bus::Nats(n) => {
-                let (stream, filter) = (n.namespace.evt_stream(), n.namespace.evt_wildcard());
-                let sub = Subscriber::durable(&n.js, &stream, durable, &filter).await?;
+                let ns = &n.namespace;
+                let spec = ConsumerSpec::durable(
+                    &ns.evt_stream(),
+                    vec![ns.evt_wildcard()],
+                    durable,
+                    &ns.evt_wildcard(),
+                )?;
+                let sub = StreamSubscriber::new(n.js.clone(), spec);
                 Ok(Feed::Nats(Box::new(sub)))
             }
             Bus::Memory(tx) => Ok(Feed::Memory(tx.subscribe())),
@@ -146,38 +206,106 @@ impl Bus {
 
     /// Subscribes to batches published from now on, with no durable state
     /// on the server (read-only followers such as the gateway's view).
+    /// Needs no server; "now" is when the feed first binds (on its first
+    /// [`Feed::next`], and again after the server lost the consumer).
     pub async fn feed_ephemeral(&self) -> Result<Feed, BusError> {
         match self {
             Bus::Nats(n) => {
-                let (stream, filter) = (n.namespace.evt_stream(), n.namespace.evt_wildcard());
-                let idle = Duration::from_secs(30);
-                let sub = Subscriber::ephemeral(&n.js, &stream, &filter, idle).await?;
+                let ns = &n.namespace;
+                let spec = ConsumerSpec::ephemeral(
+                    &ns.evt_stream(),
+                    vec![ns.evt_wildcard()],
+                    &ns.evt_wildcard(),
+                    EPHEMERAL_IDLE,
+                );
+                let sub = StreamSubscriber::new(n.js.clone(), spec);
                 Ok(Feed::Nats(Box::new(sub)))
             }
             Bus::Memory(tx) => Ok(Feed::Memory(tx.subscribe())),
         }
     }
 
-    /// The last sequence this producer's batches on the bus reach (0: none),
-    /// for the outbox relay.
+    /// The last sequence this producer's batches on the bus reach, for the
+    /// outbox relay: `Ok(0)` only when the bus holds none of them (no
+    /// message on the subject, or no stream at all); `Err` when NATS cannot
+    /// say (down, timed out) or the last message does not decode. Bounded
+    /// in time.
     pub async fn last_published(&self, producer: &str) -> Result<u64, BusError> {
         match self {
-            Bus::Nats(n) => {
-                let stream =
-                    n.js.get_stream(n.namespace.evt_stream())
-                        .await
-                        .map_err(|e| BusError::nats("get stream", e))?;
-                let subject = n.namespace.evt_subject(producer)?;
-                match stream.get_last_raw_message_by_subject(&subject).await {
-                    Ok(msg) => match gpusched_bus::decode(&msg.payload) {
-                        Ok(Envelope::V1(b)) => Ok(b.last_seq),
-                        Err(_) => Ok(0),
-                    },
-                    // No message on the subject yet.
-                    Err(_) => Ok(0),
-                }
-            }
+            Bus::Nats(n) => n.last_published(producer).await,
             Bus::Memory(_) => Ok(u64::MAX),
+        }
+    }
+}
+
+impl NatsBus {
+    async fn last_published(&self, producer: &str) -> Result<u64, BusError> {
+        let subject = self.namespace.evt_subject(producer)?;
+        if !is_connected(&self.js.client()) {
+            return Err(BusError::NotConnected {
+                op: "last published",
+            });
+        }
+        let stream = self
+            .js
+            .get_stream_no_info(self.namespace.evt_stream())
+            .await
+            .map_err(|e| BusError::nats("last published", e))?;
+        let last = bounded("last published", REQUEST_BOUND, async {
+            let got = stream.get_last_raw_message_by_subject(&subject).await;
+            Ok(got)
+        })
+        .await?;
+        let msg = match last {
+            Ok(msg) => msg,
+            Err(e) if nothing_published(e.kind()) => return Ok(0),
+            Err(e) => return Err(BusError::nats("last published", e)),
+        };
+        match gpusched_bus::decode(&msg.payload)? {
+            Envelope::V1(b) => Ok(b.last_seq),
+        }
+    }
+}
+
+/// Whether a failed "last message on the subject" means there is none:
+/// the subject has no message, or the stream does not exist.
+fn nothing_published(kind: LastRawMessageErrorKind) -> bool {
+    match kind {
+        LastRawMessageErrorKind::NoMessageFound => true,
+        LastRawMessageErrorKind::JetStream(e) => e.error_code() == ErrorCode::STREAM_NOT_FOUND,
+        _ => false,
+    }
+}
+
+/// Pause before reconnect attempt `attempts` (counted from 1): none for the
+/// first, then 100 ms doubling up to [`RECONNECT_DELAY_MAX`].
+fn reconnect_delay(attempts: usize) -> Duration {
+    if attempts <= 1 {
+        return Duration::ZERO;
+    }
+    let ms = 50u64 << (attempts - 1).min(16);
+    Duration::from_millis(ms).min(RECONNECT_DELAY_MAX)
+}
+
+/// Creates the event and command streams if the server answers within
+/// [`CONNECT_GRACE`]; otherwise (or on failure) leaves them to be created
+/// when first needed.
+async fn ensure_streams_if_up(js: &jetstream::Context, ns: &Namespace) {
+    if wait_connected(&js.client(), "connect", CONNECT_GRACE)
+        .await
+        .is_err()
+    {
+        info!("nats not reachable yet; the bus binds when it comes up");
+        return;
+    }
+    let streams = [
+        (ns.evt_stream(), ns.evt_wildcard()),
+        (ns.cmd_stream(), ns.cmd_wildcard()),
+    ];
+    for (name, subjects) in streams {
+        let ensure = async { ensure_stream(js, &name, vec![subjects]).await.map(drop) };
+        if let Err(e) = bounded("ensure stream", REQUEST_BOUND, ensure).await {
+            warn!(stream = %name, error = %e, "cannot create the stream yet; retried when needed");
         }
     }
 }
@@ -186,26 +314,16 @@ impl Feed {
     /// Takes what is waiting (up to `max`), or waits up to `timeout` for
     /// something. Acknowledges NATS messages as it takes them: the log, not
     /// the consumer's position, is what a restarted service resumes from.
+    ///
+    /// Returns within about `timeout` whatever NATS does. `Err` means the
+    /// feed is not bound now (NATS down, restarting, or the bind failing):
+    /// the caller reads the log; the feed re-binds by itself. Cancel-safe
+    /// up to the acks: a call dropped while acking loses what it took.
     pub async fn next(&mut self, max: usize, timeout: Duration) -> Result<Vec<Incoming>, BusError> {
         match self {
             Feed::Nats(sub) => {
                 let deliveries = sub.next_batch(max, timeout).await?;
-                let mut out = Vec::with_capacity(deliveries.len());
-                for d in deliveries {
-                    match d.envelope {
-                        Ok(Envelope::V1(ref b)) => {
-                            let b = Arc::new(b.clone());
-                            d.ack_nowait().await?;
-                            out.push(Incoming::Batch(b, d.traceparent.clone()));
-                        }
-                        Err(ref e) => {
-                            let why = format!("subject {}: {e}", d.subject);
-                            d.ack_nowait().await?;
-                            out.push(Incoming::Malformed(why));
-                        }
-                    }
-                }
-                Ok(out)
+                Ok(take_deliveries(deliveries).await)
             }
             Feed::Memory(rx) => {
                 let mut out = Vec::new();
@@ -236,10 +354,43 @@ impl Feed {
     }
 }
 
+/// Turns deliveries into [`Incoming`] items and acks them (terminates
+/// malformed ones) within [`ACK_BOUND`]. What was taken is returned even if
+/// acking fails: unacked ones come again after the ack wait, and followers
+/// drop repeats by sequence.
+async fn take_deliveries(deliveries: Vec<gpusched_bus::Delivery>) -> Vec<Incoming> {
+    let acked = bounded("ack", ACK_BOUND, async {
+        for d in &deliveries {
+            d.ack_nowait().await?;
+        }
+        Ok(())
+    })
+    .await;
+    if let Err(e) = acked {
+        warn!(error = %e, "acking bus messages failed; they may come again");
+    }
+    deliveries
+        .into_iter()
+        .map(|d| match d.envelope {
+            Ok(Envelope::V1(b)) => Incoming::Batch(Arc::new(b), d.traceparent),
+            Err(e) => Incoming::Malformed(format!("subject {}: {e}", d.subject)),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use gpusched_events::Event;
+
+    #[test]
+    fn reconnects_back_off_to_the_cap() {
+        let delays: Vec<u64> = (1..=8)
+            .map(|n| reconnect_delay(n).as_millis() as u64)
+            .collect();
+        assert_eq!(delays, vec![0, 100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(reconnect_delay(usize::MAX), RECONNECT_DELAY_MAX);
+    }
 
     #[test]
     fn a_large_batch_is_split_into_consecutive_ranges() {
