@@ -186,9 +186,12 @@ pub fn run(args: DevArgs) -> Result<()> {
 async fn dev(args: DevArgs) -> Result<()> {
     let log = match &args.database_url {
         Some(url) => {
-            let store = EventStore::connect(url, 8)
-                .await
-                .with_context(|| format!("--database-url {url}: cannot connect"))?;
+            let store = EventStore::connect(url, 8).await.with_context(|| {
+                format!(
+                    "--database-url {}: cannot connect",
+                    gpusched_runtime::redact_url(url)
+                )
+            })?;
             store.migrate().await.context("running migrations")?;
             Log::Postgres(store)
         }

@@ -155,12 +155,38 @@ impl Stack {
         instance
     }
 
-    /// Starts every service once and waits for the gateway.
+    /// Starts every service once and waits for the gateway and for the
+    /// agent's cluster description (tenants) to be in the log.
     pub async fn start_all(&mut self) {
         for s in SERVICES {
             self.start(s);
         }
         self.wait_http().await;
+        self.wait_tenants().await;
+    }
+
+    /// Waits until the gateway knows the demo tenants (the agent registers
+    /// them when it starts): a job for a tenant not yet configured is
+    /// rightly refused.
+    pub async fn wait_tenants(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = client()
+                .get(format!("{}/v1/queues", self.http))
+                .send()
+                .await
+            {
+                if r.status().is_success() && r.text().await.is_ok_and(|t| t.contains("vision")) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the tenants never showed up; logs in {}",
+                self.logs.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub async fn wait_http(&self) {

@@ -197,7 +197,12 @@ async fn node(a: NodeArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("node configuration: {e}"))?;
     let client = gpusched_bus::async_nats::connect(&a.net.nats_url)
         .await
-        .with_context(|| format!("--nats-url {}: cannot connect", a.net.nats_url))?;
+        .with_context(|| {
+            format!(
+                "--nats-url {}: cannot connect",
+                gpusched_runtime::redact_url(&a.net.nats_url)
+            )
+        })?;
     let shutdown = gpusched_runtime::shutdown_signal();
     run_node(cfg, NodeNet::Nats(client), a.net.namespace, shutdown).await
 }
@@ -207,7 +212,12 @@ async fn relay(a: RelayArgs) -> anyhow::Result<()> {
     let conns = a.stack.connect(RELAY_SERVICE).await?;
     let client = gpusched_bus::async_nats::connect(&a.stack.nats_url)
         .await
-        .with_context(|| format!("--nats-url {}: cannot connect", a.stack.nats_url))?;
+        .with_context(|| {
+            format!(
+                "--nats-url {}: cannot connect",
+                gpusched_runtime::redact_url(&a.stack.nats_url)
+            )
+        })?;
     let cfg = RelayConfig {
         node_timeout_ms: seconds("--node-timeout-s", a.node_timeout_s)?.as_millis() as u64,
         cancel_grace_ms: seconds("--cancel-grace-s", a.cancel_grace_s)?.as_millis() as u64,

@@ -14,6 +14,7 @@
 mod auth;
 mod cluster;
 mod events_api;
+mod health;
 mod jobs;
 mod logs;
 mod submit;
@@ -29,7 +30,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use gpusched_core::Phase;
-use gpusched_runtime::{follow, read_view, Bus, Log, Projection, SharedView};
+use gpusched_runtime::{
+    follow, read_view, Bus, FollowerHealth, LeaseSpec, Log, Projection, SharedView,
+};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -38,6 +41,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{hash_token, AuthArgs, AuthConfigError, Principal, Tokens};
+pub use health::ReadyView;
 pub use submit::{start_writer, SubmitError, Submitted, Submitter};
 
 /// Largest request body accepted (413 above).
@@ -57,6 +61,8 @@ pub struct Gateway {
     /// The node network and its subject root, where node agents answer
     /// for their workers' logs; `None` where no real agents run.
     pub node_net: Option<(gpusched_bus::node_net::NodeNet, String)>,
+    /// How the view's follower is doing (readiness, health).
+    pub follower: Arc<FollowerHealth>,
 }
 
 impl Gateway {
@@ -76,6 +82,9 @@ impl Gateway {
     }
 }
 
+/// How long a gateway's writer lease lives when not told otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
 /// Starts the writer and the view follower; serve it with [`router`].
 pub fn start(
     log: Log,
@@ -84,21 +93,35 @@ pub fn start(
     tokens: Tokens,
     shutdown: CancellationToken,
 ) -> (Gateway, Vec<tokio::task::JoinHandle<()>>) {
-    let (submitter, writer) = start_writer(
-        log.clone(),
-        bus.clone(),
-        instance.to_string(),
-        instance.to_string(),
-        shutdown.clone(),
-    );
+    start_with(log, bus, instance, tokens, DEFAULT_LEASE_TTL, shutdown)
+}
+
+/// [`start`] with the writer's lease time to live.
+pub fn start_with(
+    log: Log,
+    bus: Bus,
+    instance: &str,
+    tokens: Tokens,
+    lease_ttl: Duration,
+    shutdown: CancellationToken,
+) -> (Gateway, Vec<tokio::task::JoinHandle<()>>) {
+    let spec = LeaseSpec {
+        service: "gateway".into(),
+        partition: instance.to_string(),
+        holder: instance.to_string(),
+        ttl: lease_ttl,
+    };
+    let (submitter, writer) = start_writer(log.clone(), bus.clone(), spec, shutdown.clone());
     let view: SharedView = Arc::new(std::sync::RwLock::new(Projection::new()));
-    let v = view.clone();
-    let follow_log = log.clone();
-    let follower = tokio::spawn(async move {
-        if let Err(e) = follow(follow_log, bus, v, Duration::from_millis(500), shutdown).await {
-            tracing::error!(error = %e, "view follower stopped");
-        }
-    });
+    let follower = Arc::new(FollowerHealth::default());
+    let task = tokio::spawn(follow(
+        log.clone(),
+        bus,
+        view.clone(),
+        Duration::from_millis(500),
+        follower.clone(),
+        shutdown,
+    ));
     (
         Gateway {
             submitter,
@@ -106,8 +129,9 @@ pub fn start(
             log,
             tokens: Arc::new(tokens),
             node_net: None,
+            follower,
         },
-        vec![writer, follower],
+        vec![writer, task],
     )
 }
 
@@ -128,9 +152,11 @@ impl Modify for BearerAuth {
     info(
         title = "gpusched",
         description = "A durable, event-sourced scheduler for GPU batch jobs. Every route but \
-            /healthz and /openapi.json needs `Authorization: Bearer <token>`: 401 without a \
+            /healthz, /readyz and /openapi.json needs `Authorization: Bearer <token>`: 401 without a \
             known token; a tenant token that names another tenant's job gets 404 (ids cannot \
-            be probed), and admin routes answer 403 to it. Errors are \
+            be probed), and admin routes answer 403 to it. Until the gateway's view has caught up \
+            with the log (just after it starts) every /v1 route answers 503 with Retry-After, \
+            as it does while the log is unreachable. Errors are \
             `{\"error\": {\"code\", \"message\", \"field\"?}}`."
     ),
     modifiers(&BearerAuth),
@@ -154,7 +180,8 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(cluster::drain_node))
         .routes(routes!(events_api::events))
         .routes(routes!(status))
-        .routes(routes!(healthz))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
         .split_for_parts()
 }
 
@@ -192,6 +219,10 @@ pub fn router(gw: Gateway) -> Router {
             "this route does not take that method",
         )
     })
+    .layer(axum::middleware::from_fn_with_state(
+        gw.clone(),
+        health::until_caught_up,
+    ))
     .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
     .with_state(gw)
 }
@@ -323,7 +354,10 @@ impl IntoResponse for ApiError {
             },
         };
         let mut r = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS {
+        if matches!(
+            self.status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        ) {
             r.headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }
@@ -432,10 +466,4 @@ async fn status(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<StatusVi
         phases,
         superseded: p.superseded(),
     })
-}
-
-/// Liveness: answers `ok` while the process serves.
-#[utoipa::path(get, path = "/healthz", tag = "cluster", responses((status = 200, body = String)))]
-async fn healthz() -> &'static str {
-    "ok"
 }

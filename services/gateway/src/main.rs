@@ -38,17 +38,23 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(tokens = tokens.len(), "API tokens loaded");
     let conns = args.stack.connect("gateway").await?;
     let shutdown = shutdown_signal();
-    let (mut gw, tasks) = gpusched_gateway::start(
+    let (mut gw, tasks) = gpusched_gateway::start_with(
         conns.log,
         conns.bus,
         &conns.instance,
         tokens,
+        conns.lease_ttl,
         shutdown.clone(),
     );
     // Worker logs are read from node agents over NATS.
     let nats = gpusched_bus::async_nats::connect(&args.stack.nats_url)
         .await
-        .with_context(|| format!("--nats-url {}: cannot connect", args.stack.nats_url))?;
+        .with_context(|| {
+            format!(
+                "--nats-url {}: cannot connect",
+                gpusched_runtime::redact_url(&args.stack.nats_url)
+            )
+        })?;
     gw.node_net = Some((
         gpusched_bus::node_net::NodeNet::Nats(nats),
         args.stack.namespace.clone(),

@@ -3,20 +3,22 @@
 //!
 //! Owns: job ids (drawn from the log), idempotency (a repeated key returns
 //! the job its first submission created, checked by the log in the same
-//! transaction as the append), and the gateway's lease. Must never: reply
-//! before the append committed, or publish before it.
+//! transaction as the append), and the gateway's lease. While the log is
+//! unreachable (or the lease cannot be had) every request is answered
+//! `Unavailable` quickly, never left waiting. Must never: reply before the
+//! append committed, or publish before it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpusched_bus::BatchV1;
 use gpusched_events::Event;
 use gpusched_model::{JobId, JobSpec};
-use gpusched_runtime::{wall_clock, Bus, Log};
-use gpusched_store::{producer_name, Lease, NewEvent};
+use gpusched_runtime::{is_fenced, wall_clock, Bus, Leader, LeaseSpec, Log};
+use gpusched_store::{producer_name, Fence, NewEvent};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 
 /// Requests taken into one append at most.
 const MAX_BATCH: usize = 2048;
@@ -129,60 +131,119 @@ impl Submitter {
     }
 }
 
-/// Starts the writer; it holds the `gateway/<partition>` lease until
-/// `shutdown`.
+/// Starts the writer; it holds the `gateway/<partition>` lease (time to
+/// live `lease_ttl`) until `shutdown`.
 pub fn start_writer(
     log: Log,
     bus: Bus,
-    partition: String,
-    holder: String,
+    spec: LeaseSpec,
     shutdown: CancellationToken,
 ) -> (Submitter, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(16_384);
-    let task = tokio::spawn(writer(log, bus, partition, holder, rx, shutdown));
+    let task = tokio::spawn(writer(Writer::new(log, bus, spec), rx, shutdown));
     (Submitter { tx }, task)
 }
 
-async fn take_lease(
-    log: &Log,
-    partition: &str,
-    holder: &str,
-    shutdown: &CancellationToken,
-) -> Option<Lease> {
-    loop {
-        match log
-            .acquire_lease("gateway", partition, holder, Duration::from_secs(10))
-            .await
-        {
-            Ok(Some(l)) => return Some(l),
-            Ok(None) => info!(partition, "gateway lease held elsewhere; waiting"),
-            Err(e) => warn!(error = %e, "cannot reach the log for the gateway lease"),
+/// After the log failed a write, requests are answered 503 at once for
+/// this long instead of each waiting out a connection timeout; the first
+/// batch after it tries the log again.
+const LOG_DOWN_HOLD: Duration = Duration::from_millis(500);
+
+/// The writer's lease and the log's recent health.
+struct Writer {
+    log: Log,
+    bus: Bus,
+    spec: LeaseSpec,
+    leader: Option<Leader>,
+    log_failed_at: Option<Instant>,
+}
+
+impl Writer {
+    fn new(log: Log, bus: Bus, spec: LeaseSpec) -> Self {
+        Writer {
+            log,
+            bus,
+            spec,
+            leader: None,
+            log_failed_at: None,
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+    }
+
+    /// Renews the lease when due; forgets it when another epoch has it.
+    async fn keep(&mut self) {
+        if let Some(l) = self.leader.as_mut() {
+            if l.keep().await.is_err() {
+                warn!("gateway lease lost; taking it again");
+                if let Some(l) = self.leader.take() {
+                    l.abandon();
+                }
+            }
+        }
+    }
+
+    /// The fence to write under, taking the lease if it is not held.
+    async fn fence(&mut self) -> Result<Fence, String> {
+        self.keep().await;
+        if self.leader.is_none() {
+            self.leader = match Leader::try_take(&self.log, &self.spec).await {
+                Ok(Some(l)) => Some(l),
+                Ok(None) => {
+                    return Err(format!(
+                        "the lease of gateway instance {} is still held by an earlier process; retry shortly",
+                        self.spec.partition
+                    ))
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+        }
+        self.leader
+            .as_ref()
+            .map(Leader::fence)
+            .ok_or_else(|| "no gateway lease".to_string())
+    }
+
+    /// Writes one batch of requests, or answers them all 503 while the log
+    /// is known to be down or the lease cannot be had.
+    async fn handle(&mut self, reqs: Vec<Request>) {
+        if self
+            .log_failed_at
+            .is_some_and(|t| t.elapsed() < LOG_DOWN_HOLD)
+        {
+            return fail_all(reqs, "the event log is unreachable; retry shortly");
+        }
+        let fence = match self.fence().await {
+            Ok(f) => f,
+            Err(why) => {
+                self.log_failed_at = Some(Instant::now());
+                return fail_all(reqs, &why);
+            }
+        };
+        match write_batch(&self.log, &self.bus, &fence, reqs).await {
+            Written::Ok => self.log_failed_at = None,
+            Written::LogFailed => self.log_failed_at = Some(Instant::now()),
+            Written::Fenced => {
+                if let Some(l) = self.leader.take() {
+                    l.abandon();
+                }
+            }
+        }
+    }
+
+    async fn release(mut self) {
+        if let Some(l) = self.leader.take() {
+            l.release().await;
         }
     }
 }
 
-async fn writer(
-    log: Log,
-    bus: Bus,
-    partition: String,
-    holder: String,
-    mut rx: mpsc::Receiver<Request>,
-    shutdown: CancellationToken,
-) {
-    let Some(mut lease) = take_lease(&log, &partition, &holder, &shutdown).await else {
-        return;
-    };
-    let mut renewed = std::time::Instant::now();
+async fn writer(mut w: Writer, mut rx: mpsc::Receiver<Request>, shutdown: CancellationToken) {
+    let idle = w.spec.ttl / 3;
     loop {
         let first = tokio::select! {
             _ = shutdown.cancelled() => break,
             r = rx.recv() => match r { Some(r) => r, None => break },
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {
-                renew(&log, &mut lease, &mut renewed, &partition, &holder, &shutdown).await;
+            _ = tokio::time::sleep(idle) => {
+                w.keep().await;
                 continue;
             }
         };
@@ -193,43 +254,9 @@ async fn writer(
                 Err(_) => break,
             }
         }
-        if renewed.elapsed() >= Duration::from_secs(3) {
-            renew(
-                &log,
-                &mut lease,
-                &mut renewed,
-                &partition,
-                &holder,
-                &shutdown,
-            )
-            .await;
-        }
-        write_batch(&log, &bus, &lease, reqs).await;
+        w.handle(reqs).await;
     }
-    let _ = log.release_lease(&lease).await;
-}
-
-async fn renew(
-    log: &Log,
-    lease: &mut Lease,
-    renewed: &mut std::time::Instant,
-    partition: &str,
-    holder: &str,
-    shutdown: &CancellationToken,
-) {
-    match log.renew_lease(lease, Duration::from_secs(10)).await {
-        Ok(l) => {
-            *lease = l;
-            *renewed = std::time::Instant::now();
-        }
-        Err(e) => {
-            warn!(error = %e, "gateway lease lost; taking it again");
-            if let Some(l) = take_lease(log, partition, holder, shutdown).await {
-                *lease = l;
-                *renewed = std::time::Instant::now();
-            }
-        }
-    }
+    w.release().await;
 }
 
 fn fail_all(reqs: Vec<Request>, why: &str) {
@@ -238,7 +265,17 @@ fn fail_all(reqs: Vec<Request>, why: &str) {
     }
 }
 
-async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
+/// How a batch went.
+enum Written {
+    /// Written (or answered as a repeat), and answered.
+    Ok,
+    /// The log could not be reached; every request was answered 503.
+    LogFailed,
+    /// The lease moved on; every request was answered 503.
+    Fenced,
+}
+
+async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) -> Written {
     let submits = reqs
         .iter()
         .filter(|r| matches!(r.work, Work::Submit(_)))
@@ -247,10 +284,19 @@ async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
         Ok(0) => Vec::new(),
         Ok(n) => match log.allocate_job_ids(n).await {
             Ok(ids) if ids.len() == submits => ids,
-            Ok(_) => return fail_all(reqs, "job id allocation came back short"),
-            Err(e) => return fail_all(reqs, &e.to_string()),
+            Ok(_) => {
+                fail_all(reqs, "job id allocation came back short");
+                return Written::LogFailed;
+            }
+            Err(e) => {
+                fail_all(reqs, &e.to_string());
+                return Written::LogFailed;
+            }
         },
-        Err(_) => return fail_all(reqs, "too many submissions in one batch"),
+        Err(_) => {
+            fail_all(reqs, "too many submissions in one batch");
+            return Written::Ok;
+        }
     }
     .into_iter();
     let now = wall_clock();
@@ -278,9 +324,16 @@ async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
         }
         spans.push(from..batch.len());
     }
-    let out = match log.append(&batch, &lease.fence()).await {
+    let out = match log.append(&batch, fence).await {
         Ok(out) => out,
-        Err(e) => return fail_all(reqs, &e.to_string()),
+        Err(e) => {
+            fail_all(reqs, &e.to_string());
+            return if is_fenced(&e) {
+                Written::Fenced
+            } else {
+                Written::LogFailed
+            };
+        }
     };
     // Keys that were already in the log: answer with what they wrote.
     let dup_keys: Vec<String> = reqs
@@ -294,7 +347,10 @@ async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
     } else {
         match log.events_by_keys(&dup_keys).await {
             Ok(m) => m,
-            Err(e) => return fail_all(reqs, &e.to_string()),
+            Err(e) => {
+                fail_all(reqs, &e.to_string());
+                return Written::LogFailed;
+            }
         }
     };
     let mut written = Vec::new();
@@ -351,12 +407,16 @@ async fn write_batch(log: &Log, bus: &Bus, lease: &Lease, reqs: Vec<Request>) {
         };
         let _ = r.reply.send(reply);
     }
-    publish_runs(bus, lease, written).await;
+    // The log has it; the bus is only the fast path, so a slow or failing
+    // bus never holds up the next write.
+    let (bus, epoch) = (bus.clone(), u64::try_from(fence.epoch).unwrap_or(0));
+    tokio::spawn(async move { publish_runs(&bus, epoch, written).await });
+    Written::Ok
 }
 
 /// Publishes what was written, one batch per run of consecutive sequence
 /// numbers from one producer.
-async fn publish_runs(bus: &Bus, lease: &Lease, mut written: Vec<(i64, Event)>) {
+async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>) {
     written.sort_by_key(|(s, _)| *s);
     let mut i = 0;
     while i < written.len() {
@@ -372,7 +432,7 @@ async fn publish_runs(bus: &Bus, lease: &Lease, mut written: Vec<(i64, Event)>) 
         let events: Vec<Event> = written[i..j].iter().map(|(_, e)| e.clone()).collect();
         let batch = Arc::new(BatchV1 {
             producer: producer_name(producer).to_string(),
-            epoch: u64::try_from(lease.epoch).unwrap_or(0),
+            epoch,
             first_seq: u64::try_from(first).unwrap_or(0),
             last_seq: u64::try_from(first).unwrap_or(0) + (j - i) as u64 - 1,
             correlation_id: None,

@@ -647,7 +647,7 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 16] = [
+const SERVED: [(&str, &str); 17] = [
     ("post", "/v1/jobs"),
     ("get", "/v1/jobs"),
     ("get", "/v1/jobs/{id}"),
@@ -664,6 +664,7 @@ const SERVED: [(&str, &str); 16] = [
     ("get", "/v1/events"),
     ("get", "/v1/status"),
     ("get", "/healthz"),
+    ("get", "/readyz"),
 ];
 
 #[tokio::test]
@@ -1001,4 +1002,45 @@ async fn a_jobs_command_env_workdir_and_signal_are_kept_and_checked() {
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.contains(want_rule), "{body} -> {msg}");
     }
+}
+
+/// Until its view has read the log, the gateway cannot judge a request:
+/// every /v1 route answers 503 with Retry-After (never "unknown tenant"
+/// to a valid job), and /readyz says why; once caught up, both are fine.
+#[tokio::test]
+async fn a_view_that_has_not_read_the_log_refuses_nothing_for_good() {
+    let api = api().await;
+    let (s, ready) = api.call("GET", "/readyz", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{ready}");
+    assert_eq!(ready["caught_up"], true);
+
+    // The same gateway as it is just after a start: nothing folded yet.
+    let mut fresh = api.gw.clone();
+    fresh.follower = std::sync::Arc::new(gpusched_runtime::FollowerHealth::default());
+    fresh.view = std::sync::Arc::new(std::sync::RwLock::new(gpusched_runtime::Projection::new()));
+    let starting = router(fresh);
+    let job = json!({"tenant": "vision", "workers": 1, "gpus_per_worker": 1, "flavors": [H100]});
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/jobs")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .header("content-type", "application/json")
+        .body(Body::from(job.to_string()))
+        .unwrap();
+    let resp = starting.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["code"], "not_ready", "{body}");
+    let req = Request::builder()
+        .uri("/readyz")
+        .body(Body::empty())
+        .unwrap();
+    let resp = starting.oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    // The caught-up gateway takes the same job.
+    let (s, v) = api.call("POST", "/v1/jobs", Some(ADMIN), Some(job)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
 }

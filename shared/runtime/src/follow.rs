@@ -5,20 +5,58 @@
 //! Must never: write to the log, or hold the projection's write lock while
 //! waiting on I/O.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use gpusched_core::State;
 use gpusched_events::Event;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
-use crate::bus::{Bus, Incoming};
+use crate::bus::{Bus, Feed, Incoming};
+use crate::clock::wall_clock;
 use crate::log::Log;
 use crate::projection::Projection;
 
 /// A projection shared between one follower and many readers.
 pub type SharedView = Arc<RwLock<Projection>>;
+
+/// How a follower is doing, for readiness and health checks.
+#[derive(Debug, Default)]
+pub struct FollowerHealth {
+    /// Set once the view has folded the whole log as it stood when the
+    /// follower started: before that, the view cannot judge anything.
+    pub caught_up: AtomicBool,
+    /// When the log last answered a read, Unix milliseconds (0: never).
+    pub log_ok_unix_ms: AtomicU64,
+    /// When the log last failed a read, Unix milliseconds (0: never).
+    pub log_failed_unix_ms: AtomicU64,
+    /// Whether the bus is failing (the view follows the log alone).
+    pub bus_down: AtomicBool,
+    /// When the follower's loop last went round, Unix milliseconds.
+    pub loop_unix_ms: AtomicU64,
+}
+
+impl FollowerHealth {
+    /// Whether the view has caught up with the log once.
+    pub fn is_caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Relaxed)
+    }
+
+    /// Whether the log answered more recently than it failed.
+    pub fn log_reachable(&self) -> bool {
+        self.log_ok_unix_ms.load(Ordering::Relaxed)
+            >= self.log_failed_unix_ms.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds since the loop last went round.
+    pub fn loop_age_ms(&self) -> u64 {
+        wall_clock()
+            .0
+            .saturating_sub(self.loop_unix_ms.load(Ordering::Relaxed))
+    }
+}
 
 /// Reads the shared view (a poisoned lock still holds a consistent state:
 /// folding never panics half-way through an event).
@@ -30,55 +68,120 @@ fn write_view(view: &SharedView) -> std::sync::RwLockWriteGuard<'_, Projection> 
     view.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Follows the log into `view` until `shutdown`: subscribes to the bus,
-/// folds the log as it stands, then folds batches as they come and reads
-/// the log for gaps and, every `tick`, for a tail the bus missed.
+/// Pause after the log failed a read before the follower tries again.
+const LOG_RETRY: Duration = Duration::from_millis(250);
+
+/// Follows the log into `view` until `shutdown`: subscribes to the bus
+/// (when it answers), folds the log as it stands, then folds batches as
+/// they come and reads the log for gaps and, every `tick`, for a tail the
+/// bus missed; while the bus fails, reads the log's tail every
+/// [`crate::DEGRADED_POLL`]. An unreachable log is retried, never the
+/// end of following; `health` says how it goes.
 pub async fn follow(
     log: Log,
     bus: Bus,
     view: SharedView,
     tick: Duration,
+    health: Arc<FollowerHealth>,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let mut feed = bus.feed_ephemeral().await?;
-    let mut noop = |_: &State, _: u64, _: &Event, _: bool| {};
-    fold_log_tail(&log, &view, &mut noop).await?;
-    let gap_wait = Duration::from_millis(20);
+) {
+    let mut feed = bus.feed_ephemeral().await.ok();
     let mut last_poll = Instant::now();
-    loop {
-        let incoming = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            r = feed.next(1024, Duration::from_millis(50)) => r,
-        };
-        let mut need_read = false;
-        match incoming {
-            Ok(items) => {
-                let mut p = write_view(&view);
-                for item in items {
-                    match item {
-                        Incoming::Batch(b, _) => {
-                            p.offer(b, &mut noop);
-                        }
-                        Incoming::Malformed(why) => warn!(%why, "malformed message skipped"),
-                        Incoming::Lagged => need_read = true,
-                    }
-                }
-            }
-            Err(e) => {
-                warn!(error = %e, "bus read failed; reading the log");
-                need_read = true;
-            }
-        }
-        let gap_due = read_view(&view)
-            .gap_since()
-            .is_some_and(|t| t.elapsed() >= gap_wait);
-        if need_read || gap_due || last_poll.elapsed() >= tick {
+    let mut read_now = true;
+    while !shutdown.is_cancelled() {
+        health.loop_unix_ms.store(wall_clock().0, Ordering::Relaxed);
+        if read_now || last_poll.elapsed() >= tick {
             last_poll = Instant::now();
-            fold_log_tail(&log, &view, &mut noop).await?;
+            if !read_tail(&log, &view, &health).await {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(LOG_RETRY) => {}
+                }
+                continue;
+            }
         }
+        let received = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = receive(&bus, &mut feed, &health) => r,
+        };
+        read_now = fold_received(&view, received);
     }
 }
 
+/// What one read from the bus gave: batches, or `None` when the log must
+/// be read (the bus failed, dropped messages, or left a gap waiting).
+fn fold_received(view: &SharedView, received: Option<Vec<Incoming>>) -> bool {
+    let Some(items) = received else { return true };
+    let mut noop = |_: &State, _: u64, _: &Event, _: bool| {};
+    let mut p = write_view(view);
+    let mut need_read = false;
+    for item in items {
+        match item {
+            Incoming::Batch(b, _) => {
+                p.offer(b, &mut noop);
+            }
+            Incoming::Malformed(why) => warn!(%why, "malformed message skipped"),
+            Incoming::Lagged => need_read = true,
+        }
+    }
+    need_read
+        || p.gap_since()
+            .is_some_and(|t| t.elapsed() >= Duration::from_millis(20))
+}
+
+/// Waits up to 50 ms for batches; `None` when the bus failed (after a
+/// pause of [`crate::DEGRADED_POLL`]).
+async fn receive(
+    bus: &Bus,
+    feed: &mut Option<Feed>,
+    health: &FollowerHealth,
+) -> Option<Vec<Incoming>> {
+    if feed.is_none() {
+        *feed = bus.feed_ephemeral().await.ok();
+    }
+    let got = match feed.as_mut() {
+        Some(f) => f.next(1024, Duration::from_millis(50)).await.ok(),
+        None => None,
+    };
+    let down = got.is_none();
+    if health.bus_down.swap(down, Ordering::Relaxed) != down {
+        if down {
+            warn!("bus failing; the view follows the log");
+        } else {
+            info!("bus answering again");
+        }
+    }
+    if down {
+        tokio::time::sleep(crate::stage::DEGRADED_POLL).await;
+    }
+    got
+}
+
+/// Reads the log's tail into the view; records the outcome in `health`
+/// (the first full read marks the view caught up). False: the log failed.
+async fn read_tail(log: &Log, view: &SharedView, health: &FollowerHealth) -> bool {
+    let mut noop = |_: &State, _: u64, _: &Event, _: bool| {};
+    match fold_log_tail(log, view, &mut noop).await {
+        Ok(()) => {
+            health
+                .log_ok_unix_ms
+                .store(wall_clock().0, Ordering::Relaxed);
+            if !health.caught_up.swap(true, Ordering::Relaxed) {
+                info!(seq = read_view(view).seq(), "view caught up with the log");
+            }
+            true
+        }
+        Err(e) => {
+            let now = wall_clock().0;
+            if health.log_failed_unix_ms.swap(now, Ordering::Relaxed)
+                <= health.log_ok_unix_ms.load(Ordering::Relaxed)
+            {
+                warn!(error = %e, "cannot read the log; the view is stale until it answers");
+            }
+            false
+        }
+    }
+}
 /// Folds the log after the view's position into it, page by page, without
 /// holding the lock across a read; then folds waiting batches that became
 /// contiguous.

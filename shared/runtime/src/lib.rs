@@ -13,27 +13,34 @@
 //! events out of sequence order, or append another service's event kinds.
 
 mod bus;
+mod clock;
 mod follow;
+mod health;
+mod leader;
 mod log;
 mod projection;
 mod service;
 mod shell;
+mod stage;
 mod stats;
 mod telemetry;
 
 pub use bus::{Bus, Feed, Incoming, NatsBus};
-pub use follow::{follow, read_view, SharedView};
+pub use clock::wall_clock;
+pub use follow::{follow, read_view, FollowerHealth, SharedView};
+pub use health::{health_router, serve_health, STUCK_AFTER};
+pub use leader::{is_fenced, Leader, LeaseLost, LeaseSpec};
 pub use log::{Log, LoggedEvent, MemLog};
 pub use projection::{Observer, Projection};
-pub use service::{
-    bootstrap_cluster, run_service, wall_clock, Decider, ServiceConfig, ServiceStats,
-};
+pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{
-    init_tracing, init_tracing_quiet, serve, shutdown_signal, Connections, CycleArgs, StackArgs,
+    init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, Connections, CycleArgs,
+    StackArgs,
 };
+pub use stage::DEGRADED_POLL;
 pub use stats::{
     cycle_bucket, cycle_bucket_upper_us, histogram_quantile_us, spawn_stats_writer, CycleHistogram,
-    StatsSnapshot, CYCLE_BUCKETS, STATS_FILE_ENV,
+    ServiceStats, StatsSnapshot, CYCLE_BUCKETS, STATS_FILE_ENV,
 };
 pub use telemetry::{
     current_traceparent, init_tracing_with, parent_context, set_remote_parent, TelemetryGuard,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gpusched_bus::Namespace;
-use gpusched_store::EventStore;
+use gpusched_store::{EventStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::Bus;
@@ -42,6 +42,11 @@ pub struct StackArgs {
     /// (for a first run on a fresh server; the role needs CREATEDB).
     #[arg(long, env = "GPUSCHED_CREATE_DATABASE")]
     pub create_database: bool,
+    /// Deciding services: serve `/healthz` and `/readyz` on this address
+    /// (e.g. 127.0.0.1:9090; off unless given). The gateway answers them
+    /// on its --listen address.
+    #[arg(long, env = "GPUSCHED_HEALTH_LISTEN")]
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 /// Open connections to the log and the bus.
@@ -65,34 +70,77 @@ impl StackArgs {
             && EventStore::create_database_if_missing(&self.database_url)
                 .await
                 .with_context(|| {
-                    format!("--create-database: cannot create {}", self.database_url)
+                    format!(
+                        "--create-database: cannot create {}",
+                        redact_url(&self.database_url)
+                    )
                 })?
         {
-            tracing::info!(url = %self.database_url, "created the database");
+            tracing::info!(url = %redact_url(&self.database_url), "created the database");
         }
-        let store = EventStore::connect(&self.database_url, 4)
+        if !(self.lease_ttl_s > 0.0 && self.lease_ttl_s.is_finite()) {
+            anyhow::bail!("--lease-ttl-s: must be a positive number of seconds");
+        }
+        let lease_ttl = Duration::from_secs_f64(self.lease_ttl_s);
+        let store = EventStore::connect_with(&self.database_url, store_options(lease_ttl))
             .await
-            .with_context(|| format!("--database-url {}: cannot connect", self.database_url))?;
+            .with_context(|| {
+                format!(
+                    "--database-url {}: cannot connect",
+                    redact_url(&self.database_url)
+                )
+            })?;
         if self.migrate {
             store.migrate().await.context("running migrations")?;
         }
         let ns = Namespace::new(&self.namespace).context("--namespace")?;
         let bus = Bus::connect_nats(&self.nats_url, ns)
             .await
-            .with_context(|| format!("--nats-url {}: cannot connect", self.nats_url))?;
+            .with_context(|| {
+                format!("--nats-url {}: cannot connect", redact_url(&self.nats_url))
+            })?;
         let instance = self.instance.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".to_string());
             format!("{service}-{host}-{}", std::process::id())
         });
-        if !(self.lease_ttl_s > 0.0 && self.lease_ttl_s.is_finite()) {
-            anyhow::bail!("--lease-ttl-s: must be a positive number of seconds");
-        }
         Ok(Connections {
             log: Log::Postgres(store),
             bus,
             instance,
-            lease_ttl: Duration::from_secs_f64(self.lease_ttl_s),
+            lease_ttl,
         })
+    }
+}
+
+/// `url` with any password in it replaced by `***`, for logs and errors
+/// (`postgres://u:secret@h/db` → `postgres://u:***@h/db`).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_string();
+    };
+    let user = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{scheme}://{user}@{host}{tail}")
+}
+
+/// The store's timeouts for a writer whose lease lives `ttl`: a writer
+/// paused inside its append transaction is cut off (idle timeout), and one
+/// queued behind it gives up (lock timeout), well within the lease's life,
+/// so a standby can take over and the log stays writable.
+fn store_options(ttl: Duration) -> StoreOptions {
+    let defaults = StoreOptions::default();
+    StoreOptions {
+        max_connections: 4,
+        idle_in_transaction_timeout: Some((ttl / 5).min(Duration::from_secs(1))),
+        lock_timeout: Some((ttl * 2 / 5).min(Duration::from_secs(2))),
+        ..defaults
     }
 }
 
@@ -146,7 +194,7 @@ where
     let mut cfg = crate::service::ServiceConfig::new(service, &conns.instance);
     cfg.lease_ttl = conns.lease_ttl;
     tracing::info!(service, instance = %conns.instance, "starting");
-    let stats = std::sync::Arc::new(crate::service::ServiceStats::default());
+    let stats = std::sync::Arc::new(crate::stats::ServiceStats::default());
     // Stats leave the process only when asked (load tests, operators).
     let writer = std::env::var_os(crate::stats::STATS_FILE_ENV).map(|path| {
         crate::stats::spawn_stats_writer(
@@ -157,11 +205,19 @@ where
             shutdown.clone(),
         )
     });
+    let health = stack.health_listen.map(|addr| {
+        let (service, stats, shutdown) = (service.to_string(), stats.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = crate::health::serve_health(addr, &service, stats, shutdown).await {
+                tracing::error!(%addr, error = %e, "--health-listen: cannot serve");
+            }
+        })
+    });
     let out =
         crate::service::run_service(conns.log, conns.bus, cfg, make, shutdown.clone(), stats).await;
     shutdown.cancel();
-    if let Some(w) = writer {
-        let _ = w.await;
+    for task in [writer, health].into_iter().flatten() {
+        let _ = task.await;
     }
     out
 }
@@ -196,4 +252,24 @@ impl CycleArgs {
 /// (for interactive commands with their own progress display).
 pub fn init_tracing_quiet(service: &str) -> TelemetryGuard {
     init_tracing_with(service, "warn")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_reach_a_log_line() {
+        assert_eq!(
+            redact_url("postgres://gpusched:s3cret@db:5432/gpusched?sslmode=require"),
+            "postgres://gpusched:***@db:5432/gpusched?sslmode=require"
+        );
+        assert_eq!(redact_url("nats://tok3n@nats:4222"), "nats://***@nats:4222");
+        assert_eq!(
+            redact_url("postgres://postgres@127.0.0.1:5432/gpusched"),
+            "postgres://***@127.0.0.1:5432/gpusched"
+        );
+        assert_eq!(redact_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
 }

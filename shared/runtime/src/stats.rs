@@ -1,5 +1,5 @@
-//! Service statistics that leave the process: a cycle-time histogram and a
-//! snapshot of [`ServiceStats`] written as JSON to the file named by
+//! Service statistics: the counters a service keeps ([`ServiceStats`]), a
+//! cycle-time histogram, and a snapshot of them written as JSON to the file named by
 //! `GPUSCHED_STATS_FILE`, for load tests and operators.
 //!
 //! Owns: the histogram's bucket layout, the snapshot's JSON shape and the
@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::service::{wall_clock, ServiceStats};
+use crate::clock::wall_clock;
 
 /// Environment variable naming the file a service writes its stats to.
 pub const STATS_FILE_ENV: &str = "GPUSCHED_STATS_FILE";
@@ -84,6 +84,56 @@ pub fn histogram_quantile_us(counts: &[u64], q: f64) -> Option<f64> {
     Some(cycle_bucket_upper_us(counts.len().saturating_sub(1)))
 }
 
+/// Counters a service keeps, readable while it runs.
+#[derive(Debug, Default)]
+pub struct ServiceStats {
+    /// Times the decider ran.
+    pub cycles: AtomicU64,
+    /// Events this service appended.
+    pub appended: AtomicU64,
+    /// Appends (batches) this service made.
+    pub batches: AtomicU64,
+    /// Events folded into the projection.
+    pub folded: AtomicU64,
+    /// Sequence of the projection.
+    pub seq: AtomicU64,
+    /// Events `apply` refused (superseded).
+    pub superseded: AtomicU64,
+    /// Malformed messages seen on the bus.
+    pub malformed: AtomicU64,
+    /// Times the log was read to close a gap or catch a tail.
+    pub gap_reads: AtomicU64,
+    /// Batches republished by the outbox relay.
+    pub relayed: AtomicU64,
+    /// Times this instance took the lease.
+    pub takeovers: AtomicU64,
+    /// Cycle durations (decide + append), microseconds, summed.
+    pub cycle_us: AtomicU64,
+    /// Cycle durations (decide + append + fold) of cycles that appended.
+    pub cycle_hist: CycleHistogram,
+    /// When this instance last became ready to decide (lease, rebuild and
+    /// relay done), Unix milliseconds.
+    pub ready_unix_ms: AtomicU64,
+    /// How long the last rebuild took, milliseconds.
+    pub rebuild_ms: AtomicU64,
+    /// When the service's loop last went round (leading or standing by),
+    /// Unix milliseconds: a loop stuck anywhere stops moving it.
+    pub loop_unix_ms: AtomicU64,
+    /// The lease epoch this instance leads at; 0 while standing by.
+    pub leading_epoch: AtomicU64,
+    /// Reads from the bus that failed (the log was read instead).
+    pub bus_errors: AtomicU64,
+    /// 1 while the bus is failing and the service decides from the log.
+    pub bus_down: AtomicU64,
+}
+
+impl ServiceStats {
+    /// Marks the loop as alive now.
+    pub fn beat(&self) {
+        self.loop_unix_ms.store(wall_clock().0, Ordering::Relaxed);
+    }
+}
+
 /// What a service writes to its stats file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatsSnapshot {
@@ -119,6 +169,18 @@ pub struct StatsSnapshot {
     /// Durations of cycles that appended (decide + append + fold), as
     /// counts per [`CYCLE_BUCKETS`] bucket.
     pub cycle_hist: Vec<u64>,
+    /// When the loop last went round, Unix milliseconds.
+    #[serde(default)]
+    pub loop_unix_ms: u64,
+    /// Epoch led at; 0 while standing by.
+    #[serde(default)]
+    pub leading_epoch: u64,
+    /// Failed reads from the bus.
+    #[serde(default)]
+    pub bus_errors: u64,
+    /// Whether the bus is failing (deciding from the log).
+    #[serde(default)]
+    pub bus_down: bool,
 }
 
 impl StatsSnapshot {
@@ -141,6 +203,10 @@ impl StatsSnapshot {
             ready_unix_ms: l(&stats.ready_unix_ms),
             rebuild_ms: l(&stats.rebuild_ms),
             cycle_hist: stats.cycle_hist.counts(),
+            loop_unix_ms: l(&stats.loop_unix_ms),
+            leading_epoch: l(&stats.leading_epoch),
+            bus_errors: l(&stats.bus_errors),
+            bus_down: l(&stats.bus_down) == 1,
         }
     }
 }

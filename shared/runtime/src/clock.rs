@@ -1,0 +1,10 @@
+//! The wall clock as gpusched timestamps count it. Owns the one place the
+//! shell reads the time of day; must never be called from the core.
+
+use gpusched_model::Timestamp;
+
+/// Now as gpusched timestamps count it: milliseconds since the Unix epoch.
+pub fn wall_clock() -> Timestamp {
+    let ms = chrono::Utc::now().timestamp_millis();
+    Timestamp(u64::try_from(ms).unwrap_or(0))
+}

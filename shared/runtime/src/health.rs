@@ -1,0 +1,115 @@
+//! A deciding service's health over HTTP, when asked for with
+//! `--health-listen` (the gateway answers these on its own address).
+//!
+//! Owns: `GET /healthz` (liveness: the service's loop went round within
+//! [`STUCK_AFTER`]; a loop stuck on I/O or a lock is 503, whatever else
+//! still runs) and `GET /readyz` (the same, with the role: leading at an
+//! epoch, or standing by), both with the service's counters as JSON.
+//!
+//! Must never: answer from anything but the loop's own heartbeat (a stats
+//! writer or this server staying up says nothing about the loop), or bind
+//! anything but the address it is given.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::wall_clock;
+use crate::stats::{ServiceStats, StatsSnapshot};
+
+/// A loop that has not gone round for this long is stuck.
+pub const STUCK_AFTER: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+struct Health {
+    service: String,
+    stats: Arc<ServiceStats>,
+}
+
+impl Health {
+    fn answer(&self) -> (StatusCode, Json<StatsSnapshot>) {
+        let snap = StatsSnapshot::of(&self.service, &self.stats);
+        let age = wall_clock().0.saturating_sub(snap.loop_unix_ms);
+        let alive = snap.loop_unix_ms > 0 && age <= STUCK_AFTER.as_millis() as u64;
+        let status = if alive {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        (status, Json(snap))
+    }
+}
+
+async fn healthz(State(h): State<Health>) -> (StatusCode, Json<StatsSnapshot>) {
+    h.answer()
+}
+
+/// The routes, over `stats`.
+pub fn health_router(service: &str, stats: Arc<ServiceStats>) -> Router {
+    let h = Health {
+        service: service.to_string(),
+        stats,
+    };
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(healthz))
+        .with_state(h)
+}
+
+/// Serves [`health_router`] on `addr` until `shutdown`.
+pub async fn serve_health(
+    addr: SocketAddr,
+    service: &str,
+    stats: Arc<ServiceStats>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "health endpoint listening");
+    axum::serve(listener, health_router(service, stats))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get_status(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let code = out[9..12].parse().unwrap();
+        (code, out)
+    }
+
+    #[tokio::test]
+    async fn a_loop_that_stops_going_round_is_unhealthy() {
+        let stats = Arc::new(ServiceStats::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = health_router("quota", stats.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+
+        // Never went round: not alive.
+        assert_eq!(get_status(addr, "/healthz").await.0, 503);
+        stats.beat();
+        stats.leading_epoch.store(7, Ordering::Relaxed);
+        let (code, body) = get_status(addr, "/readyz").await;
+        assert_eq!(code, 200);
+        assert!(body.contains("\"leading_epoch\":7"), "{body}");
+        // Stuck for longer than STUCK_AFTER (the stats writer may still run).
+        let stale = wall_clock().0 - STUCK_AFTER.as_millis() as u64 - 1_000;
+        stats.loop_unix_ms.store(stale, Ordering::Relaxed);
+        assert_eq!(get_status(addr, "/healthz").await.0, 503);
+    }
+}

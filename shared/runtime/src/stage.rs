@@ -1,0 +1,511 @@
+//! One lead of a deciding service: rebuild → relay → loop of receive →
+//! fold → decide → append (fenced) → publish, for as long as the lease
+//! holds.
+//!
+//! Reading the log: a gap in the bus is filled by reading just the missing
+//! range; the tail is read (a page a poll) only when the bus failed or has
+//! been quiet for a tick (a lost last batch), never while batches keep
+//! coming (under load the log grows about as fast as a follower reads it
+//! back, and a read to the end would keep the service from deciding for
+//! seconds).
+//!
+//! The bus is the fast path only. While it fails (NATS down, restarted,
+//! not answering) the stage decides from the log alone, reading its tail
+//! every [`DEGRADED_POLL`], and goes back to the bus when it answers
+//! again; a failed publish is logged, never the end of leading (followers
+//! read the batch from the log).
+//!
+//! Owns: the shape of a cycle (every event waiting on the feed is folded,
+//! then the decider runs once and its decisions go to the log as one batch
+//! and to the bus as one message), gap filling, and the outbox relay
+//! (republishing this producer's committed batches the bus never got).
+//!
+//! Must never: publish before the append committed, decide while a known
+//! gap is open, append events of another producer, or keep deciding after
+//! the lease is lost.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpusched_bus::{BatchV1, BusError};
+use gpusched_core::State;
+use gpusched_events::{Event, Producer};
+use gpusched_store::{producer_name, NewEvent};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, info_span, warn, Instrument, Span};
+
+use crate::bus::{Bus, Feed, Incoming};
+use crate::clock::wall_clock;
+use crate::leader::{is_fenced, Leader};
+use crate::log::{Log, LoggedEvent};
+use crate::projection::Projection;
+use crate::service::{runs, Decider, ServiceConfig};
+use crate::stats::ServiceStats;
+
+/// A read from the bus or log that takes this much longer than asked is
+/// logged as slow.
+const SLOW: Duration = Duration::from_millis(1000);
+
+/// Most events one poll of the log's tail folds (a gap is read whole).
+const POLL_PAGE: u64 = 10_000;
+
+/// How often the log's tail is read while the bus fails: the added
+/// latency of each stage in the degraded mode.
+pub const DEGRADED_POLL: Duration = Duration::from_millis(100);
+
+/// How a lead ended.
+pub(crate) enum Step {
+    /// Shutdown was asked for.
+    Shutdown,
+    /// The lease moved to another epoch.
+    StepDown,
+}
+
+/// Leads until shutdown or until the lease is lost; an error (the log
+/// unreachable) ends the lead with the lease still held.
+pub(crate) async fn lead<D: Decider>(
+    log: &Log,
+    bus: &Bus,
+    cfg: &ServiceConfig,
+    decider: D,
+    leader: &mut Leader,
+    shutdown: &CancellationToken,
+    stats: &ServiceStats,
+) -> anyhow::Result<Step> {
+    let mut stage = Stage::start(log, bus, cfg, decider, leader.epoch(), stats).await?;
+    loop {
+        stats.beat();
+        if shutdown.is_cancelled() {
+            info!(service = %cfg.service, seq = stage.proj.seq(), "shut down");
+            return Ok(Step::Shutdown);
+        }
+        if leader.keep().await.is_err() {
+            return Ok(Step::StepDown);
+        }
+        let wait = stage.wait();
+        let asked = Instant::now();
+        let received = tokio::select! {
+            _ = shutdown.cancelled() => continue,
+            r = stage.receive(wait) => r,
+        };
+        if asked.elapsed() > wait + SLOW {
+            warn!(service = %cfg.service, ms = asked.elapsed().as_millis() as u64, wait_ms = wait.as_millis() as u64, "slow read from the bus");
+        }
+        let need_read = stage.fold(received);
+        stage.read_log(need_read).await?;
+        if stage.should_decide() && stage.cycle(leader).await? == Cycle::Fenced {
+            return Ok(Step::StepDown);
+        }
+    }
+}
+
+/// What one read from the bus gave.
+enum Received {
+    /// Items from the feed (possibly none: it was quiet).
+    Items(Vec<Incoming>),
+    /// The bus failed; the log must be read.
+    BusDown,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Cycle {
+    /// Decided (and appended what it decided, if anything).
+    Done,
+    /// The append was refused: the lease moved on.
+    Fenced,
+}
+
+/// The state of one lead.
+struct Stage<'a, D> {
+    log: &'a Log,
+    bus: &'a Bus,
+    cfg: &'a ServiceConfig,
+    stats: &'a ServiceStats,
+    decider: D,
+    producer: Producer,
+    epoch: u64,
+    proj: Projection,
+    feed: Option<Feed>,
+    bus_down: bool,
+    /// Whether the bus has answered once in this lead.
+    bus_answered: bool,
+    /// When the feed last delivered anything: the log is polled for a
+    /// lost tail only once the feed has been quiet for a tick.
+    last_heard: Instant,
+    last_poll: Instant,
+    last_decide: Instant,
+    dirty: bool,
+    /// The trace context of the latest batch received: the next cycle's
+    /// span continues that trace.
+    remote_parent: Option<String>,
+}
+
+impl<'a, D: Decider> Stage<'a, D> {
+    /// Subscribes, rebuilds the projection from the log, and relays what
+    /// this producer committed that the bus never got.
+    async fn start(
+        log: &'a Log,
+        bus: &'a Bus,
+        cfg: &'a ServiceConfig,
+        mut decider: D,
+        epoch: i64,
+        stats: &'a ServiceStats,
+    ) -> anyhow::Result<Self> {
+        let producer = decider.producer();
+        // Subscribe before rebuilding so nothing committed meanwhile is
+        // missed (if the bus is down, the tail poll finds it).
+        let feed = subscribe(bus, &cfg.service).await;
+        let published = last_published(bus, producer, &cfg.service).await;
+        let started = Instant::now();
+        let mut unpublished: Vec<LoggedEvent> = Vec::new();
+        let proj = {
+            let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| {
+                if seq > published && e.producer() == producer {
+                    unpublished.push(LoggedEvent {
+                        seq,
+                        event: e.clone(),
+                    });
+                }
+                decider.observe(s, seq, e, ok);
+            };
+            Projection::rebuild(log, &mut obs).await?
+        };
+        info!(service = %cfg.service, seq = proj.seq(), jobs = proj.state().job_count(), ms = started.elapsed().as_millis() as u64, "projection rebuilt");
+        let epoch = u64::try_from(epoch).unwrap_or(0);
+        relay(bus, producer, epoch, unpublished, stats).await;
+        stats.seq.store(proj.seq(), Ordering::Relaxed);
+        let rebuild_ms = started.elapsed().as_millis() as u64;
+        stats.rebuild_ms.store(rebuild_ms, Ordering::Relaxed);
+        stats.ready_unix_ms.store(wall_clock().0, Ordering::Relaxed);
+        Ok(Stage {
+            log,
+            bus,
+            cfg,
+            stats,
+            decider,
+            producer,
+            epoch,
+            proj,
+            bus_down: feed.is_none(),
+            bus_answered: false,
+            feed,
+            last_heard: Instant::now(),
+            last_poll: Instant::now(),
+            last_decide: Instant::now() - cfg.tick,
+            dirty: true,
+            remote_parent: None,
+        })
+    }
+
+    /// How long to wait for input: not at all with work waiting, else
+    /// until the next tick, timer or gap deadline.
+    fn wait(&self) -> Duration {
+        let now = wall_clock();
+        let mut wait = if self.dirty {
+            Duration::ZERO
+        } else {
+            self.cfg.tick.saturating_sub(self.last_decide.elapsed())
+        };
+        if let Some(due) = self.decider.next_due() {
+            wait = wait.min(Duration::from_millis(due.0.saturating_sub(now.0)));
+        }
+        if let Some(t) = self.proj.gap_since() {
+            wait = wait.min(self.cfg.gap_wait.saturating_sub(t.elapsed()));
+        }
+        wait
+    }
+
+    /// Takes what the bus has, waiting up to `wait`; on a failing bus,
+    /// waits out [`DEGRADED_POLL`] (at most `wait`) and says so.
+    async fn receive(&mut self, wait: Duration) -> Received {
+        let asked = Instant::now();
+        if self.feed.is_none() {
+            self.feed = subscribe(self.bus, &self.cfg.service).await;
+        }
+        let got = match self.feed.as_mut() {
+            Some(feed) => feed
+                .next(self.cfg.feed_batch, wait.max(Duration::from_millis(1)))
+                .await
+                .map_err(Some),
+            None => Err(None),
+        };
+        match got {
+            Ok(items) => {
+                self.set_bus_down(false, None);
+                Received::Items(items)
+            }
+            Err(e) => {
+                self.set_bus_down(true, e.as_ref());
+                let pause = wait.min(DEGRADED_POLL).saturating_sub(asked.elapsed());
+                tokio::time::sleep(pause).await;
+                Received::BusDown
+            }
+        }
+    }
+
+    /// Records a change between deciding with the bus and from the log.
+    fn set_bus_down(&mut self, down: bool, error: Option<&BusError>) {
+        if down {
+            self.stats.bus_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let first_answer = !down && !self.bus_answered;
+        self.bus_answered |= !down;
+        if down == self.bus_down && !first_answer {
+            return;
+        }
+        self.bus_down = down;
+        self.stats
+            .bus_down
+            .store(u64::from(down), Ordering::Relaxed);
+        match error {
+            // A feed binds in the background after a start: not a fault.
+            Some(e @ BusError::Unbound { .. }) if down && !self.bus_answered => {
+                info!(service = %self.cfg.service, error = %e, "bus not bound yet; deciding from the log")
+            }
+            Some(e) if down => {
+                warn!(service = %self.cfg.service, error = %e, "bus failing; deciding from the log")
+            }
+            _ if down => {
+                warn!(service = %self.cfg.service, "bus unreachable; deciding from the log")
+            }
+            _ => info!(service = %self.cfg.service, "bus answering"),
+        }
+    }
+
+    /// Folds what the bus delivered; answers whether the log must be read
+    /// (the bus failed or dropped messages).
+    fn fold(&mut self, received: Received) -> bool {
+        let items = match received {
+            Received::Items(items) => items,
+            Received::BusDown => return true,
+        };
+        if !items.is_empty() {
+            self.last_heard = Instant::now();
+        }
+        let mut need_read = false;
+        let mut folded = 0;
+        let Stage {
+            proj,
+            decider,
+            remote_parent,
+            stats,
+            cfg,
+            ..
+        } = self;
+        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
+        for item in items {
+            match item {
+                Incoming::Batch(b, tp) => {
+                    if tp.is_some() {
+                        *remote_parent = tp;
+                    }
+                    folded += proj.offer(b, &mut obs);
+                }
+                Incoming::Malformed(why) => {
+                    stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    warn!(service = %cfg.service, %why, "malformed message skipped");
+                }
+                Incoming::Lagged => need_read = true,
+            }
+        }
+        self.folded(folded);
+        need_read
+    }
+
+    /// Reads the log: a page of its tail when asked or when the bus has
+    /// been quiet for a tick, or just the missing range of a gap that
+    /// waited long enough.
+    async fn read_log(&mut self, need_read: bool) -> anyhow::Result<()> {
+        let tick = self.cfg.tick;
+        let quiet = self.last_heard.elapsed() >= tick && self.last_poll.elapsed() >= tick;
+        let gap_due = self
+            .proj
+            .gap_since()
+            .is_some_and(|t| t.elapsed() >= self.cfg.gap_wait);
+        let upto = if need_read || quiet {
+            // At most a page a poll: the bus, once it speaks again,
+            // delivers the rest faster than the log reads back.
+            self.last_poll = Instant::now();
+            self.proj.seq().saturating_add(POLL_PAGE)
+        } else if gap_due {
+            // Only what is missing: reading to the end of a log that grows
+            // as fast as it is read would starve deciding.
+            self.proj.gap_end().unwrap_or(u64::MAX)
+        } else {
+            return Ok(());
+        };
+        self.stats.gap_reads.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let log = self.log;
+        let Stage { proj, decider, .. } = self;
+        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
+        let folded = proj.catch_up(log, upto, &mut obs).await?;
+        if started.elapsed() > SLOW {
+            warn!(service = %self.cfg.service, ms = started.elapsed().as_millis() as u64, folded, "slow read from the log");
+        }
+        self.folded(folded);
+        Ok(())
+    }
+
+    fn folded(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.dirty = true;
+        self.stats.folded.fetch_add(n as u64, Ordering::Relaxed);
+        self.stats.seq.store(self.proj.seq(), Ordering::Relaxed);
+        self.stats
+            .superseded
+            .store(self.proj.superseded(), Ordering::Relaxed);
+    }
+
+    /// Whether to decide now: never behind a known gap; otherwise on new
+    /// input, a due timer, or a tick.
+    fn should_decide(&self) -> bool {
+        let due = self.decider.next_due().is_some_and(|d| d <= wall_clock());
+        self.proj.gap_since().is_none()
+            && (self.dirty || due || self.last_decide.elapsed() >= self.cfg.tick)
+    }
+
+    /// Decides once; appends the decisions under the lease's fence, then
+    /// publishes them and folds them.
+    async fn cycle(&mut self, leader: &Leader) -> anyhow::Result<Cycle> {
+        self.dirty = false;
+        self.last_decide = Instant::now();
+        self.stats.cycles.fetch_add(1, Ordering::Relaxed);
+        let span = info_span!("cycle", service = %self.cfg.service);
+        crate::telemetry::set_remote_parent(&span, self.remote_parent.take().as_deref());
+        let events = span.in_scope(|| self.decide());
+        if events.is_empty() {
+            return Ok(Cycle::Done);
+        }
+        let batch: Vec<NewEvent> = events.iter().cloned().map(NewEvent::new).collect();
+        let out = match self
+            .log
+            .append(&batch, &leader.fence())
+            .instrument(span.clone())
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if is_fenced(&e) => {
+                warn!(service = %self.cfg.service, error = %e, "append fenced off");
+                return Ok(Cycle::Fenced);
+            }
+            // The decisions were not written (or the commit is unknown):
+            // the next lead rebuilds from the log and decides again.
+            Err(e) => return Err(e.into()),
+        };
+        let (Some(first), Some(last)) = (out.first_seq, out.last_seq) else {
+            return Ok(Cycle::Done);
+        };
+        let (first, last) = (seq_u64(first), seq_u64(last));
+        self.stats
+            .appended
+            .fetch_add(out.appended, Ordering::Relaxed);
+        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        debug!(service = %self.cfg.service, first, last, "appended");
+        let batch = Arc::new(self.batch(first, events));
+        span.in_scope(|| publish_in_background(self.bus, batch.clone()));
+        let Stage { proj, decider, .. } = self;
+        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
+        let n = proj.offer(batch, &mut obs);
+        self.folded(n);
+        self.dirty = true;
+        let us = self.last_decide.elapsed().as_micros() as u64;
+        self.stats.cycle_us.fetch_add(us, Ordering::Relaxed);
+        self.stats.cycle_hist.record(us);
+        Ok(Cycle::Done)
+    }
+
+    /// The decider's events of this producer (others are dropped, loudly).
+    fn decide(&mut self) -> Vec<Event> {
+        let decided = self.decider.decide(self.proj.state(), wall_clock());
+        let (events, foreign): (Vec<Event>, Vec<Event>) = decided
+            .into_iter()
+            .partition(|e| e.producer() == self.producer);
+        for e in &foreign {
+            error!(service = %self.cfg.service, kind = e.kind(), "decider emitted another producer's event; dropped");
+        }
+        events
+    }
+
+    fn batch(&self, first: u64, events: Vec<Event>) -> BatchV1 {
+        BatchV1 {
+            producer: producer_name(self.producer).to_string(),
+            epoch: self.epoch,
+            first_seq: first,
+            last_seq: first + events.len() as u64 - 1,
+            correlation_id: None,
+            events,
+        }
+    }
+}
+
+fn seq_u64(s: i64) -> u64 {
+    u64::try_from(s).unwrap_or(0)
+}
+
+/// The feed, or `None` (logged) when the bus cannot give one now.
+async fn subscribe(bus: &Bus, service: &str) -> Option<Feed> {
+    match bus.feed(service).await {
+        Ok(feed) => Some(feed),
+        Err(e) => {
+            warn!(service, error = %e, "no feed from the bus; reading the log");
+            None
+        }
+    }
+}
+
+/// The last sequence of this producer on the bus; when the bus cannot
+/// say, `u64::MAX` (relay nothing: followers read the log).
+async fn last_published(bus: &Bus, producer: Producer, service: &str) -> u64 {
+    match bus.last_published(producer_name(producer)).await {
+        Ok(seq) => seq,
+        Err(e) => {
+            warn!(service, error = %e, "bus cannot say what was published; relaying nothing");
+            u64::MAX
+        }
+    }
+}
+
+/// The outbox relay: publishes committed batches the bus never got. A
+/// failure is logged; followers read those events from the log.
+async fn relay(
+    bus: &Bus,
+    producer: Producer,
+    epoch: u64,
+    unpublished: Vec<LoggedEvent>,
+    stats: &ServiceStats,
+) {
+    for (first, events) in runs(unpublished) {
+        let batch = Arc::new(BatchV1 {
+            producer: producer_name(producer).to_string(),
+            epoch,
+            first_seq: first,
+            last_seq: first + events.len() as u64 - 1,
+            correlation_id: None,
+            events,
+        });
+        if let Err(e) = bus.publish(batch).await {
+            warn!(error = %e, "relaying to the bus failed; followers will read the log");
+            return;
+        }
+        stats.relayed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Publishes in a task of its own, inside the current span (so the batch
+/// carries the current trace context).
+fn publish_in_background(bus: &Bus, batch: Arc<BatchV1>) {
+    let bus = bus.clone();
+    tokio::spawn(
+        async move {
+            if let Err(e) = bus.publish(batch).await {
+                // The log has the batch; followers read it from there.
+                warn!(error = %e, "publish failed; followers will read the log");
+            }
+        }
+        .instrument(Span::current()),
+    );
+}
