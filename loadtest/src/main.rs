@@ -6,9 +6,12 @@
 //! `workload` (cluster file and job lists), `drive` (HTTP submissions,
 //! progress, samples), `metrics` (what the log says afterwards),
 //! `scenario` (burst, steady, reclaim, trace, restart), `report` (table,
-//! JSON, Markdown, SVG plots).
+//! JSON, Markdown, SVG plots), `infra` (a private Postgres and
+//! nats-server) and `chaos` (fault injection on that private infrastructure).
 
+mod chaos;
 mod drive;
+mod infra;
 mod metrics;
 mod report;
 mod scenario;
@@ -33,6 +36,12 @@ pub enum Scenario {
     Trace,
     /// Fills the queue (--jobs), then SIGKILLs and restarts services one at a time.
     Restart,
+    /// Faults one per phase (kills, Postgres and NATS outages, a paused
+    /// leader, bad bus messages) on a private Postgres and nats-server,
+    /// under steady submissions; fails on any lost, duplicated or wrongly
+    /// refused job or a slow recovery. --seed draws the timing; --short
+    /// is the test suite's form.
+    Chaos,
 }
 
 /// Load test of the real deployment. Reports go to --out.
@@ -49,6 +58,17 @@ pub struct Args {
     /// fails unless all completed and none was lost (for the test suite).
     #[arg(long)]
     pub smoke: bool,
+    /// Chaos: a fault's end → every stage it touched deciding again must
+    /// take at most this long, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub recovery_goal_s: f64,
+    /// Chaos: no stall (work waiting, the log not growing) outside a fault
+    /// window may last longer, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub stall_goal_s: f64,
+    /// Chaos: the short form the test suite runs (six faults, ~250 jobs, about a minute).
+    #[arg(long)]
+    pub short: bool,
     /// Jobs (burst default 100,000; steady rate × duration; restart 125,000).
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -142,7 +162,14 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(scenario::run(args)) {
+    let run = async move {
+        if args.scenario() == Scenario::Chaos {
+            chaos::run(args).await
+        } else {
+            scenario::run(args).await
+        }
+    };
+    match rt.block_on(run) {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => std::process::ExitCode::from(2),
         Err(e) => {

@@ -179,6 +179,7 @@ fn plan(args: &Args) -> Result<Plan> {
                 time_scale: args.time_scale.unwrap_or(1.0),
             }
         }
+        Scenario::Chaos => bail!("chaos runs through its own module (chaos::run)"),
     };
     if !(p.time_scale.is_finite() && p.time_scale > 0.0) {
         bail!("--time-scale: must be a positive number");
@@ -416,6 +417,7 @@ async fn execute(
         }
         Scenario::Reclaim => run_reclaim(&cx, stack, &mut out, origin).await,
         Scenario::Restart => run_restart(&cx, stack, &mut out).await,
+        Scenario::Chaos => Err(anyhow::anyhow!("chaos runs through chaos::run")),
     };
     out.end_s = origin.elapsed().as_secs_f64();
     stop_sampler.cancel();

@@ -339,6 +339,72 @@ impl Stack {
         Ok(p.instance.clone())
     }
 
+    /// SIGKILLs the process of instance `instance`, recording its peak memory.
+    pub fn kill_instance(&mut self, instance: &str) -> Result<()> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.instance == instance && !p.stopped)
+            .with_context(|| format!("no live process {instance}"))?;
+        p.peak_rss_kib = peak_rss_kib(p.child.id());
+        p.child
+            .kill()
+            .with_context(|| format!("SIGKILL {instance}"))?;
+        let _ = p.child.wait();
+        p.stopped = true;
+        Ok(())
+    }
+
+    /// Sends `kill -<sig>` (e.g. `STOP`, `CONT`) to the live process of
+    /// instance `instance`.
+    pub fn signal(&self, instance: &str, sig: &str) -> Result<()> {
+        let p = self
+            .procs
+            .iter()
+            .find(|p| p.instance == instance && !p.stopped)
+            .with_context(|| format!("no live process {instance}"))?;
+        if !crate::infra::signal_pid(p.child.id(), sig) {
+            bail!("kill -{sig} {instance} failed");
+        }
+        Ok(())
+    }
+
+    /// The live instance holding `service`'s lease (partition `default`),
+    /// else the live instance started last.
+    pub async fn leader(&self, service: &str) -> Option<String> {
+        let holder = self
+            .store
+            .lease(service, "default")
+            .await
+            .ok()
+            .flatten()
+            .map(|l| l.holder);
+        let live = |name: &str| {
+            self.procs
+                .iter()
+                .any(|p| p.instance == name && p.service == service && !p.stopped)
+        };
+        match holder {
+            Some(h) if live(&h) => Some(h),
+            _ => self.live(service).map(|p| p.instance.clone()),
+        }
+    }
+
+    /// Every service process that exited on its own since the last call:
+    /// (service, instance, exit status). Each is marked stopped.
+    pub fn reap(&mut self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for p in &mut self.procs {
+            if !p.stopped {
+                if let Ok(Some(st)) = p.child.try_wait() {
+                    p.stopped = true;
+                    out.push((p.service.clone(), p.instance.clone(), st.to_string()));
+                }
+            }
+        }
+        out
+    }
+
     /// Any service process that exited on its own.
     pub fn crashed(&mut self) -> Option<String> {
         for p in &mut self.procs {
@@ -372,6 +438,8 @@ impl Stack {
         self.sample_rss();
         for p in &mut self.procs {
             if !p.stopped {
+                // A paused process must run to see its SIGTERM.
+                crate::infra::signal_pid(p.child.id(), "CONT");
                 let _ = Command::new("kill")
                     .args(["-TERM", &p.child.id().to_string()])
                     .stdout(Stdio::null())
