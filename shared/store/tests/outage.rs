@@ -550,10 +550,14 @@ async fn restarts_during_appends_lose_and_duplicate_nothing() {
     let lease = take_lease(&store, SERVICE, "leader", Duration::from_secs(120)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let appender = tokio::spawn(append_until(store.clone(), lease.fence(), stop.clone()));
+    // Each outage lasts longer than the pool's acquire timeout, so the
+    // loop sees it fail however the restart lines up with its appends (a
+    // shorter one can fall between two appends and only slow one down).
+    let down = StoreOptions::default().acquire_timeout + Duration::from_millis(500);
     for mode in [StopMode::Fast, StopMode::Immediate] {
         tokio::time::sleep(Duration::from_millis(500)).await;
         pg.stop(mode).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(down).await;
         pg.start_again().await;
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
