@@ -83,22 +83,61 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get_status(addr: SocketAddr, path: &str) -> (u16, String) {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        let code = out[9..12].parse().unwrap();
+        send_raw(addr, req.as_bytes()).await
+    }
+
+    /// Sends `req` as is and reads the answer to its end.
+    async fn send_raw(addr: SocketAddr, req: &[u8]) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // The server may answer and close before reading all of it.
+        let _ = s.write_all(req).await;
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        let out = String::from_utf8_lossy(&out).into_owned();
+        let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
         (code, out)
+    }
+
+    async fn serve(stats: Arc<ServiceStats>) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = health_router("quota", stats);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    }
+
+    #[tokio::test]
+    async fn malformed_or_oversized_requests_get_a_4xx_never_a_5xx() {
+        let stats = Arc::new(ServiceStats::default());
+        stats.beat();
+        let addr = serve(stats).await;
+        let big = "x".repeat(2 << 20);
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("unknown path", b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec()),
+            ("wrong method", b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".to_vec()),
+            ("not HTTP", b"\x16\x03\x01garbage\r\n\r\n".to_vec()),
+            ("bad request line", b"GET\r\n\r\n".to_vec()),
+            ("bad percent-encoding", b"GET /healthz/%zz%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec()),
+            ("huge header", format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").into_bytes()),
+            ("huge body", format!("POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{big}", big.len()).into_bytes()),
+            ("bad content length", b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec()),
+        ];
+        for (what, req) in cases {
+            let (code, out) = send_raw(addr, &req).await;
+            // 0: the connection was closed without an answer, which is
+            // how hyper refuses what is not HTTP at all.
+            assert!(code < 500, "{what}: {code}: {out}");
+        }
+        // And the endpoint still answers.
+        let (code, out) = get_status(addr, "/healthz?x=%zz&&=").await;
+        assert_eq!(code, 200, "{out}");
     }
 
     #[tokio::test]
     async fn a_loop_that_stops_going_round_is_unhealthy() {
         let stats = Arc::new(ServiceStats::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let router = health_router("quota", stats.clone());
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let addr = serve(stats.clone()).await;
 
         // Never went round: not alive.
         assert_eq!(get_status(addr, "/healthz").await.0, 503);

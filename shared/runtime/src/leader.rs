@@ -5,7 +5,10 @@
 //! third of its time to live has passed, stepping down when it has moved
 //! to another epoch, and giving it back on every way out — a clean exit,
 //! an error, a panic or a dropped future (a [`Leader`] dropped unreleased
-//! releases itself in the background).
+//! releases itself in the background). On Postgres the lease is held
+//! through its own database session, which shows the holder alive: a
+//! standby takes over from a killed holder as soon as its renewal is
+//! overdue, not at expiry (`gpusched_store::LeaseSession`).
 //!
 //! Must never: decide anything, hide a lost lease from its holder (a lost
 //! lease is an error the holder must act on by stepping down), or judge
@@ -19,7 +22,7 @@ use gpusched_store::{Fence, Lease, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::log::Log;
+use crate::log::{Log, LogLeaseSession};
 
 /// Which lease, for whom, for how long.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,55 +63,80 @@ pub fn is_fenced(e: &StoreError) -> bool {
 /// A lease this instance holds (module docs).
 #[derive(Debug)]
 pub struct Leader {
-    log: Log,
+    /// The session the lease is held through; `None` once released or
+    /// abandoned.
+    session: Option<LogLeaseSession>,
     spec: LeaseSpec,
     lease: Lease,
     renewed: Instant,
-    released: bool,
 }
 
+/// Why one attempt did not take the lease: held elsewhere (`None`) or the
+/// log failed; with the session, to close or to try again with.
+type NotTaken = (LogLeaseSession, Option<StoreError>);
+
 impl Leader {
-    /// Takes the lease if it is free or expired; `Ok(None)` while another
-    /// holder's is unexpired.
+    /// Takes the lease if it is free or expired (or overdue with its
+    /// holder gone); `Ok(None)` while another holder keeps it.
     pub async fn try_take(log: &Log, spec: &LeaseSpec) -> Result<Option<Leader>, StoreError> {
-        let lease = log
-            .acquire_lease(&spec.service, &spec.partition, &spec.holder, spec.ttl)
-            .await?;
-        Ok(lease.map(|lease| Leader {
-            log: log.clone(),
-            spec: spec.clone(),
-            lease,
-            renewed: Instant::now(),
-            released: false,
-        }))
+        let session = log.lease_session(&spec.service, &spec.partition);
+        match Leader::attempt(session, spec).await {
+            Ok(leader) => Ok(Some(leader)),
+            Err((session, e)) => {
+                session.close().await;
+                e.map_or(Ok(None), Err)
+            }
+        }
     }
 
-    /// Waits as standby until the lease is taken, asking every `poll`;
-    /// `None` on shutdown. An unreachable log is logged and retried.
+    /// One attempt through `session`.
+    async fn attempt(mut session: LogLeaseSession, spec: &LeaseSpec) -> Result<Leader, NotTaken> {
+        match session.acquire(&spec.holder, spec.ttl).await {
+            Ok(Some(lease)) => Ok(Leader {
+                session: Some(session),
+                spec: spec.clone(),
+                lease,
+                renewed: Instant::now(),
+            }),
+            Ok(None) => Err((session, None)),
+            Err(e) => Err((session, Some(e))),
+        }
+    }
+
+    /// Waits as standby until the lease is taken, asking every `poll`
+    /// through one session; `None` on shutdown. An unreachable log is
+    /// logged and retried.
     pub async fn wait_take(
         log: &Log,
         spec: &LeaseSpec,
         poll: Duration,
         shutdown: &CancellationToken,
     ) -> Option<Leader> {
+        let mut session = log.lease_session(&spec.service, &spec.partition);
         let mut announced = false;
         loop {
             if shutdown.is_cancelled() {
+                session.close().await;
                 return None;
             }
-            match Leader::try_take(log, spec).await {
-                Ok(Some(leader)) => return Some(leader),
-                Ok(None) if !announced => {
-                    info!(service = %spec.service, partition = %spec.partition, "lease held elsewhere; standing by");
-                    announced = true;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    warn!(service = %spec.service, error = %e, "cannot reach the log for the lease")
+            match Leader::attempt(session, spec).await {
+                Ok(leader) => return Some(leader),
+                Err((back, e)) => {
+                    session = back;
+                    match e {
+                        None if !announced => {
+                            info!(service = %spec.service, partition = %spec.partition, "lease held elsewhere; standing by");
+                            announced = true;
+                        }
+                        None => {}
+                        Some(e) => {
+                            warn!(service = %spec.service, error = %e, "cannot reach the log for the lease")
+                        }
+                    }
                 }
             }
             tokio::select! {
-                _ = shutdown.cancelled() => return None,
+                _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(poll) => {}
             }
         }
@@ -143,7 +171,10 @@ impl Leader {
 
     /// Renews the lease now (see [`Leader::keep`]).
     pub async fn renew(&mut self) -> Result<(), LeaseLost> {
-        match self.log.renew_lease(&self.lease, self.spec.ttl).await {
+        let Some(session) = self.session.as_mut() else {
+            return Err(self.lost());
+        };
+        match session.renew(&self.lease, self.spec.ttl).await {
             Ok(lease) => {
                 self.lease = lease;
                 self.renewed = Instant::now();
@@ -168,33 +199,46 @@ impl Leader {
 
     /// Gives the lease back so a standby can take it at once.
     pub async fn release(mut self) {
-        self.released = true;
-        match self.log.release_lease(&self.lease).await {
+        let Some(mut session) = self.session.take() else {
+            return;
+        };
+        match session.release(&self.lease).await {
             Ok(()) => {}
             // Already someone else's: nothing to give back.
             Err(e) if is_fenced(&e) => {}
             Err(e) => warn!(service = %self.spec.service, error = %e, "releasing the lease"),
         }
+        session.close().await;
     }
 
     /// Drops a lease known to be lost, without trying to give it back.
     pub fn abandon(mut self) {
-        self.released = true;
+        if let Some(session) = self.session.take() {
+            close_in_background(session, None);
+        }
+    }
+}
+
+/// Releases `lease` (when given) and closes `session` on the runtime, if
+/// one is still there; a session dropped without it closes its
+/// connection all the same.
+fn close_in_background(mut session: LogLeaseSession, lease: Option<Lease>) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            if let Some(lease) = lease {
+                let _ = session.release(&lease).await;
+            }
+            session.close().await;
+        });
     }
 }
 
 impl Drop for Leader {
     fn drop(&mut self) {
-        if self.released {
-            return;
-        }
         // Dropped on an error path or with its future: give the lease back
-        // in the background, if a runtime is still there to do it.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (log, lease) = (self.log.clone(), self.lease.clone());
-            rt.spawn(async move {
-                let _ = log.release_lease(&lease).await;
-            });
+        // in the background.
+        if let Some(session) = self.session.take() {
+            close_in_background(session, Some(self.lease.clone()));
         }
     }
 }

@@ -143,33 +143,73 @@ impl Log {
         }
     }
 
-    /// Takes the lease if free or expired (see `EventStore::acquire_lease`).
-    pub async fn acquire_lease(
-        &self,
-        service: &str,
-        partition: &str,
-        holder: &str,
-        ttl: Duration,
-    ) -> Result<Option<Lease>> {
+    /// A session for the lease of `service`/`partition`: how a
+    /// [`crate::Leader`] takes, keeps and gives back its lease.
+    pub fn lease_session(&self, service: &str, partition: &str) -> LogLeaseSession {
         match self {
-            Log::Postgres(s) => s.acquire_lease(service, partition, holder, ttl).await,
-            Log::Memory(m) => Ok(m.acquire(service, partition, holder, ttl)),
+            Log::Postgres(s) => LogLeaseSession::Postgres(s.lease_session(service, partition)),
+            Log::Memory(m) => LogLeaseSession::Memory {
+                log: m.clone(),
+                service: service.to_string(),
+                partition: partition.to_string(),
+            },
+        }
+    }
+}
+
+/// A lease session on either log. On Postgres it is a dedicated session
+/// whose lock shows the holder alive, so a standby takes over from a
+/// killed holder early (`gpusched_store::LeaseSession`); in memory, one
+/// process holds every lease and only expiry frees one.
+#[derive(Debug)]
+pub enum LogLeaseSession {
+    /// On the durable log.
+    Postgres(gpusched_store::LeaseSession),
+    /// On the embedded log.
+    Memory {
+        /// The log.
+        log: MemLog,
+        /// The lease's service.
+        service: String,
+        /// The lease's partition.
+        partition: String,
+    },
+}
+
+impl LogLeaseSession {
+    /// Takes the lease if free or expired (or, on Postgres, overdue with
+    /// its holder gone); `None` while another holder keeps it.
+    pub async fn acquire(&mut self, holder: &str, ttl: Duration) -> Result<Option<Lease>> {
+        match self {
+            LogLeaseSession::Postgres(s) => s.acquire(holder, ttl).await,
+            LogLeaseSession::Memory {
+                log,
+                service,
+                partition,
+            } => Ok(log.acquire(service, partition, holder, ttl)),
         }
     }
 
     /// Extends a held lease.
-    pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+    pub async fn renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         match self {
-            Log::Postgres(s) => s.renew_lease(lease, ttl).await,
-            Log::Memory(m) => m.renew(lease, ttl),
+            LogLeaseSession::Postgres(s) => s.renew(lease, ttl).await,
+            LogLeaseSession::Memory { log, .. } => log.renew(lease, ttl),
         }
     }
 
     /// Gives a held lease up.
-    pub async fn release_lease(&self, lease: &Lease) -> Result<()> {
+    pub async fn release(&mut self, lease: &Lease) -> Result<()> {
         match self {
-            Log::Postgres(s) => s.release_lease(lease).await,
-            Log::Memory(m) => m.release(lease),
+            LogLeaseSession::Postgres(s) => s.release(lease).await,
+            LogLeaseSession::Memory { log, .. } => log.release(lease),
+        }
+    }
+
+    /// Ends the session (on Postgres, closing its connection).
+    pub async fn close(self) {
+        if let LogLeaseSession::Postgres(s) = self {
+            s.close().await;
         }
     }
 }

@@ -56,13 +56,38 @@ pub struct Fence {
     pub epoch: i64,
 }
 
-fn ttl_micros(ttl: Duration) -> Result<i64> {
+/// Takes a lease free or expired ($1 service, $2 partition, $3 holder, $4
+/// ttl µs); no row when another holder's is unexpired.
+pub(crate) const ACQUIRE_SQL: &str =
+    "INSERT INTO leases AS l (service, partition, epoch, holder, expires_at)
+     VALUES ($1, $2, 1, $3, now() + $4::bigint * interval '1 microsecond')
+     ON CONFLICT (service, partition) DO UPDATE
+        SET epoch = l.epoch + 1,
+            holder = EXCLUDED.holder,
+            expires_at = EXCLUDED.expires_at
+      WHERE l.expires_at <= now()
+     RETURNING service, partition, holder, epoch, expires_at";
+
+/// Extends a held lease ($1 service, $2 partition, $3 epoch, $4 holder, $5
+/// ttl µs); no row when it moved on.
+pub(crate) const RENEW_SQL: &str = "UPDATE leases
+        SET expires_at = now() + $5::bigint * interval '1 microsecond'
+      WHERE service = $1 AND partition = $2 AND epoch = $3 AND holder = $4
+     RETURNING service, partition, holder, epoch, expires_at";
+
+/// Lets a held lease expire now ($1 service, $2 partition, $3 epoch, $4
+/// holder); no row touched when it moved on.
+pub(crate) const RELEASE_SQL: &str = "UPDATE leases
+        SET expires_at = LEAST(expires_at, now())
+      WHERE service = $1 AND partition = $2 AND epoch = $3 AND holder = $4";
+
+pub(crate) fn ttl_micros(ttl: Duration) -> Result<i64> {
     i64::try_from(ttl.as_micros()).map_err(|_| StoreError::BadTtl {
         ttl_ms: ttl.as_millis(),
     })
 }
 
-fn lease_from_row(row: &sqlx::postgres::PgRow) -> Result<Lease> {
+pub(crate) fn lease_from_row(row: &sqlx::postgres::PgRow) -> Result<Lease> {
     Ok(Lease {
         service: row.try_get("service")?,
         partition: row.try_get("partition")?,
@@ -86,22 +111,13 @@ impl EventStore {
         ttl: Duration,
     ) -> Result<Option<Lease>> {
         let ttl = ttl_micros(ttl)?;
-        let row = sqlx::query(
-            "INSERT INTO leases AS l (service, partition, epoch, holder, expires_at)
-             VALUES ($1, $2, 1, $3, now() + $4::bigint * interval '1 microsecond')
-             ON CONFLICT (service, partition) DO UPDATE
-                SET epoch = l.epoch + 1,
-                    holder = EXCLUDED.holder,
-                    expires_at = EXCLUDED.expires_at
-              WHERE l.expires_at <= now()
-             RETURNING service, partition, holder, epoch, expires_at",
-        )
-        .bind(service)
-        .bind(partition)
-        .bind(holder)
-        .bind(ttl)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(ACQUIRE_SQL)
+            .bind(service)
+            .bind(partition)
+            .bind(holder)
+            .bind(ttl)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(lease_from_row).transpose()
     }
 
@@ -111,19 +127,14 @@ impl EventStore {
     /// holder's (its epoch still fences everyone else) and is renewed.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let ttl = ttl_micros(ttl)?;
-        let row = sqlx::query(
-            "UPDATE leases
-                SET expires_at = now() + $5::bigint * interval '1 microsecond'
-              WHERE service = $1 AND partition = $2 AND epoch = $3 AND holder = $4
-             RETURNING service, partition, holder, epoch, expires_at",
-        )
-        .bind(&lease.service)
-        .bind(&lease.partition)
-        .bind(lease.epoch)
-        .bind(&lease.holder)
-        .bind(ttl)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(RENEW_SQL)
+            .bind(&lease.service)
+            .bind(&lease.partition)
+            .bind(lease.epoch)
+            .bind(&lease.holder)
+            .bind(ttl)
+            .fetch_optional(&self.pool)
+            .await?;
         match row {
             Some(row) => lease_from_row(&row),
             None => Err(lost(lease)),
@@ -135,17 +146,13 @@ impl EventStore {
     /// still accepted. Fails with `StoreError::LeaseLost` if it was already
     /// taken over.
     pub async fn release_lease(&self, lease: &Lease) -> Result<()> {
-        let done = sqlx::query(
-            "UPDATE leases
-                SET expires_at = LEAST(expires_at, now())
-              WHERE service = $1 AND partition = $2 AND epoch = $3 AND holder = $4",
-        )
-        .bind(&lease.service)
-        .bind(&lease.partition)
-        .bind(lease.epoch)
-        .bind(&lease.holder)
-        .execute(&self.pool)
-        .await?;
+        let done = sqlx::query(RELEASE_SQL)
+            .bind(&lease.service)
+            .bind(&lease.partition)
+            .bind(lease.epoch)
+            .bind(&lease.holder)
+            .execute(&self.pool)
+            .await?;
         if done.rows_affected() == 1 {
             Ok(())
         } else {
@@ -167,7 +174,7 @@ impl EventStore {
     }
 }
 
-fn lost(lease: &Lease) -> StoreError {
+pub(crate) fn lost(lease: &Lease) -> StoreError {
     StoreError::LeaseLost {
         service: lease.service.clone(),
         partition: lease.partition.clone(),

@@ -41,11 +41,13 @@
 
 mod error;
 mod lease;
+mod lease_session;
 mod meta;
 pub mod testing;
 
 pub use error::{Outage, Result, StoreError};
 pub use lease::{Fence, Lease};
+pub use lease_session::LeaseSession;
 pub use meta::{aggregate_of, producer_name, AggregateKind};
 
 use chrono::{DateTime, Utc};
