@@ -472,10 +472,11 @@ impl Report {
         for r in &self.restarts {
             let _ = writeln!(
                 t,
-                "  restart {:<30} ready {} (rebuild {}), first append {}, {} pending, {} events",
+                "  restart {:<30} ready {} (catch-up {}, {} events folded), first append {}, {} pending, {} events",
                 r.service,
                 opt(r.kill_to_ready_ms, " ms"),
                 r.rebuild_ms.map_or("-".into(), |v| format!("{v} ms")),
+                r.folded_at_takeover.map_or("-".into(), |v| v.to_string()),
                 opt(r.kill_to_first_append_ms, " ms"),
                 r.pending,
                 r.log_events
@@ -594,16 +595,17 @@ impl Report {
             );
         }
         if !self.restarts.is_empty() {
-            let _ = writeln!(m, "\n| restarted | pending | log events | kill → ready | rebuild | kill → first append | killed peak RSS |\n|---|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(m, "\n| restarted | pending | log events | kill → ready | catch-up after takeover | events folded then | kill → first append | killed peak RSS |\n|---|---:|---:|---:|---:|---:|---:|---:|");
             for r in &self.restarts {
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} | {} ms | {} ms | {} ms | {} MiB |",
+                    "| {} | {} | {} | {} ms | {} ms | {} | {} ms | {} MiB |",
                     r.service,
                     r.pending,
                     r.log_events,
                     opt(r.kill_to_ready_ms),
                     r.rebuild_ms.map_or("–".into(), |v| v.to_string()),
+                    r.folded_at_takeover.map_or("–".into(), |v| v.to_string()),
                     opt(r.kill_to_first_append_ms),
                     opt(r.killed_peak_rss_mib)
                 );

@@ -198,8 +198,11 @@ pub struct RestartOutcome {
     pub log_events: i64,
     /// SIGKILL → the new instance holds the lease, has rebuilt and is ready to decide, ms.
     pub kill_to_ready_ms: Option<f64>,
-    /// Of which the rebuild (fold of the whole log) and relay, ms.
+    /// Of which the fold after the takeover and the relay, ms (a hot
+    /// standby folded most of the log while it waited for the lease).
     pub rebuild_ms: Option<u64>,
+    /// Events folded after the takeover (the rest was folded standing by).
+    pub folded_at_takeover: Option<u64>,
     /// SIGKILL → the new instance's first append, ms (none when it had nothing to decide).
     pub kill_to_first_append_ms: Option<f64>,
     /// Peak memory of the killed instance, MiB.
@@ -733,13 +736,15 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
             log_events,
             kill_to_ready_ms: ready.as_ref().map(|s| s.ready_unix_ms as f64 - kill_ms),
             rebuild_ms: ready.as_ref().map(|s| s.rebuild_ms),
+            folded_at_takeover: ready.as_ref().map(|s| s.takeover_folded),
             kill_to_first_append_ms: first.map(|t| t - kill_ms),
             killed_peak_rss_mib: peak.map(|k| k as f64 / 1024.0),
         };
         eprintln!(
-            "  {service}: ready after {} ms (rebuild {} ms), first append after {} ms",
+            "  {service}: ready after {} ms (catch-up {} ms, {} events), first append after {} ms",
             r.kill_to_ready_ms.map_or("-".into(), |v| format!("{v:.0}")),
             r.rebuild_ms.map_or("-".into(), |v| v.to_string()),
+            r.folded_at_takeover.map_or("-".into(), |v| v.to_string()),
             r.kill_to_first_append_ms
                 .map_or("-".into(), |v| format!("{v:.0}"))
         );

@@ -112,28 +112,14 @@ impl Leader {
         poll: Duration,
         shutdown: &CancellationToken,
     ) -> Option<Leader> {
-        let mut session = log.lease_session(&spec.service, &spec.partition);
-        let mut announced = false;
+        let mut candidate = Candidate::new(log, spec);
         loop {
             if shutdown.is_cancelled() {
-                session.close().await;
+                candidate.close().await;
                 return None;
             }
-            match Leader::attempt(session, spec).await {
-                Ok(leader) => return Some(leader),
-                Err((back, e)) => {
-                    session = back;
-                    match e {
-                        None if !announced => {
-                            info!(service = %spec.service, partition = %spec.partition, "lease held elsewhere; standing by");
-                            announced = true;
-                        }
-                        None => {}
-                        Some(e) => {
-                            warn!(service = %spec.service, error = %e, "cannot reach the log for the lease")
-                        }
-                    }
-                }
+            if let Some(leader) = candidate.try_take().await {
+                return Some(leader);
             }
             tokio::select! {
                 _ = shutdown.cancelled() => {}
@@ -239,6 +225,56 @@ impl Drop for Leader {
         // in the background.
         if let Some(session) = self.session.take() {
             close_in_background(session, Some(self.lease.clone()));
+        }
+    }
+}
+
+/// An instance standing by for a lease, asking through one session for
+/// as long as it waits (a standby that does other work between attempts,
+/// such as folding the log, asks through this).
+#[derive(Debug)]
+pub struct Candidate {
+    session: Option<LogLeaseSession>,
+    spec: LeaseSpec,
+    announced: bool,
+}
+
+impl Candidate {
+    /// A candidate for `spec`'s lease on `log`; asks nothing yet.
+    pub fn new(log: &Log, spec: &LeaseSpec) -> Candidate {
+        Candidate {
+            session: Some(log.lease_session(&spec.service, &spec.partition)),
+            spec: spec.clone(),
+            announced: false,
+        }
+    }
+
+    /// One attempt: the lease, or `None` while another holder keeps it or
+    /// the log cannot be reached (logged; try again later).
+    pub async fn try_take(&mut self) -> Option<Leader> {
+        let spec = &self.spec;
+        let session = self.session.take()?;
+        match Leader::attempt(session, spec).await {
+            Ok(leader) => return Some(leader),
+            Err((back, None)) => {
+                self.session = Some(back);
+                if !self.announced {
+                    info!(service = %spec.service, partition = %spec.partition, "lease held elsewhere; standing by");
+                    self.announced = true;
+                }
+            }
+            Err((back, Some(e))) => {
+                self.session = Some(back);
+                warn!(service = %spec.service, error = %e, "cannot reach the log for the lease");
+            }
+        }
+        None
+    }
+
+    /// Stops standing by, closing the session.
+    pub async fn close(mut self) {
+        if let Some(session) = self.session.take() {
+            session.close().await;
         }
     }
 }

@@ -3,10 +3,14 @@
 //! lease, leads (see the `stage` module) until the lease is lost or
 //! shutdown, and goes back to standby.
 //!
+//! A standby is hot: while it waits for the lease it keeps folding the log
+//! (a fresh decider observing every event, exactly as a rebuild would), so
+//! a takeover folds only the last few events instead of the whole log.
+//!
 //! Owns: the `Decider` contract, a service's configuration, the
-//! standby → lead → standby cycle (a fresh decider per lead; the lease
-//! kept across an error so a brief outage of the log costs no takeover),
-//! and the cluster bootstrap under the `admin` lease.
+//! standby → lead → standby cycle (a fresh decider and fold per standby;
+//! the lease kept across an error so a brief outage of the log costs no
+//! takeover), and the cluster bootstrap under the `admin` lease.
 //!
 //! Must never: lead without the lease, keep a lease it was fenced off
 //! from, or leave a lease held on its way out (shutdown, error, panic).
@@ -24,9 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::bus::Bus;
-use crate::leader::{Leader, LeaseSpec};
+use crate::leader::{Candidate, Leader, LeaseSpec};
 use crate::log::{Log, LoggedEvent};
-use crate::stage::{lead, Step};
+use crate::projection::Projection;
+use crate::stage::{lead, Start, Step, Warm};
 use crate::stats::ServiceStats;
 
 /// A pure decision function with the little memory a service keeps
@@ -106,10 +111,11 @@ impl ServiceConfig {
 /// instance tries again with the lease it still holds.
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(500);
 
-/// Runs a deciding service until `shutdown`: waits as standby until it
-/// holds the lease, then leads (rebuild, relay, decide loop). `make`
-/// builds a fresh decider for every lead (the log, not a decider's
-/// memory, says what was committed). The lease is given back on every way
+/// Runs a deciding service until `shutdown`: waits as a hot standby
+/// (folding the log) until it holds the lease, then leads (catch up,
+/// relay, decide loop). `make` builds a fresh decider for every standby
+/// and every retry after an error (the log, not a decider's memory, says
+/// what was committed). The lease is given back on every way
 /// out; after an error it is kept (and renewed) while the instance tries
 /// again, so a brief outage of the log costs no takeover.
 pub async fn run_service<D: Decider, F: Fn() -> D>(
@@ -123,16 +129,17 @@ pub async fn run_service<D: Decider, F: Fn() -> D>(
     let mut held: Option<Leader> = None;
     loop {
         stats.beat();
-        let mut leader = match held.take() {
-            Some(l) => l,
-            None => match standby(&log, &cfg, &shutdown, &stats).await {
-                Some(l) => l,
+        let (mut leader, start) = match held.take() {
+            Some(l) => (l, Start::Cold(make())),
+            None => match standby(&log, &cfg, make(), &shutdown, &stats).await {
+                Some((l, Some(warm))) => (l, Start::Warm(Box::new(warm))),
+                Some((l, None)) => (l, Start::Cold(make())),
                 None => return Ok(()),
             },
         };
         let epoch = u64::try_from(leader.epoch()).unwrap_or(0);
         stats.leading_epoch.store(epoch, Ordering::Relaxed);
-        match lead(&log, &bus, &cfg, make(), &mut leader, &shutdown, &stats).await {
+        match lead(&log, &bus, &cfg, start, &mut leader, &shutdown, &stats).await {
             Ok(Step::Shutdown) => {
                 leader.release().await;
                 return Ok(());
@@ -153,21 +160,53 @@ pub async fn run_service<D: Decider, F: Fn() -> D>(
 }
 
 /// Waits as standby (the loop heartbeat kept moving) until the lease is
-/// taken; `None` on shutdown.
-async fn standby(
+/// taken, folding the log between attempts; `None` on shutdown. The fold
+/// is `None` when the lease was taken at the first attempt.
+async fn standby<D: Decider>(
     log: &Log,
     cfg: &ServiceConfig,
+    fresh: D,
     shutdown: &CancellationToken,
     stats: &Arc<ServiceStats>,
-) -> Option<Leader> {
+) -> Option<(Leader, Option<Warm<D>>)> {
     stats.leading_epoch.store(0, Ordering::Relaxed);
     let beat = keep_beating(stats, shutdown);
-    let taken = Leader::wait_take(log, &cfg.lease_spec(), cfg.standby_poll(), shutdown).await;
+    let mut candidate = Candidate::new(log, &cfg.lease_spec());
+    let mut warm = Warm {
+        proj: Projection::new(),
+        decider: fresh,
+    };
+    let mut folded = false;
+    let taken = loop {
+        if let Some(leader) = candidate.try_take().await {
+            break Some(leader);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break None,
+            _ = keep_warm(log, &mut warm, stats) => folded = true,
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break None,
+            _ = tokio::time::sleep(cfg.standby_poll()) => {}
+        }
+    };
     beat.cancel();
+    candidate.close().await;
     let leader = taken?;
     stats.takeovers.fetch_add(1, Ordering::Relaxed);
-    info!(service = %cfg.service, epoch = leader.epoch(), holder = %cfg.holder, "lease taken; rebuilding");
-    Some(leader)
+    info!(service = %cfg.service, epoch = leader.epoch(), holder = %cfg.holder, warm_seq = warm.proj.seq(), "lease taken");
+    Some((leader, folded.then_some(warm)))
+}
+
+/// Folds what the log holds beyond a standby's fold (the whole log the
+/// first time). A log that cannot be read leaves the fold where it was.
+async fn keep_warm<D: Decider>(log: &Log, w: &mut Warm<D>, stats: &ServiceStats) {
+    let decider = &mut w.decider;
+    let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
+    if let Err(e) = w.proj.catch_up(log, u64::MAX, &mut obs).await {
+        warn!(error = %e, "standby cannot read the log; trying again");
+    }
+    stats.seq.store(w.proj.seq(), Ordering::Relaxed);
 }
 
 /// After a failed lead: pauses, then keeps the lease if it is still this

@@ -1,6 +1,6 @@
-//! One lead of a deciding service: rebuild → relay → loop of receive →
-//! fold → decide → append (fenced) → publish, for as long as the lease
-//! holds.
+//! One lead of a deciding service: rebuild (or catch up what a hot
+//! standby folded while it waited) → relay → loop of receive → fold →
+//! decide → append (fenced) → publish, for as long as the lease holds.
 //!
 //! Reading the log: a gap in the bus is filled by reading just the missing
 //! range; the tail is read (a page a poll) only when the bus failed or has
@@ -54,6 +54,32 @@ const POLL_PAGE: u64 = 10_000;
 /// latency of each stage in the degraded mode.
 pub const DEGRADED_POLL: Duration = Duration::from_millis(100);
 
+/// What a standby folded while it waited for the lease: its lead starts
+/// from here and folds only what was committed since.
+pub(crate) struct Warm<D> {
+    /// The state folded so far.
+    pub(crate) proj: Projection,
+    /// The decider that observed every event of `proj`.
+    pub(crate) decider: D,
+}
+
+/// How a lead starts.
+pub(crate) enum Start<D> {
+    /// From nothing: fold the whole log.
+    Cold(D),
+    /// From a hot standby's fold.
+    Warm(Box<Warm<D>>),
+}
+
+impl<D: Decider> Start<D> {
+    fn producer(&self) -> Producer {
+        match self {
+            Start::Cold(d) => d.producer(),
+            Start::Warm(w) => w.decider.producer(),
+        }
+    }
+}
+
 /// How a lead ended.
 pub(crate) enum Step {
     /// Shutdown was asked for.
@@ -68,12 +94,12 @@ pub(crate) async fn lead<D: Decider>(
     log: &Log,
     bus: &Bus,
     cfg: &ServiceConfig,
-    decider: D,
+    start: Start<D>,
     leader: &mut Leader,
     shutdown: &CancellationToken,
     stats: &ServiceStats,
 ) -> anyhow::Result<Step> {
-    let mut stage = Stage::start(log, bus, cfg, decider, leader.epoch(), stats).await?;
+    let mut stage = Stage::start(log, bus, cfg, start, leader.epoch(), stats).await?;
     loop {
         stats.beat();
         if shutdown.is_cancelled() {
@@ -142,36 +168,31 @@ struct Stage<'a, D> {
 }
 
 impl<'a, D: Decider> Stage<'a, D> {
-    /// Subscribes, rebuilds the projection from the log, and relays what
-    /// this producer committed that the bus never got.
+    /// Subscribes, rebuilds the projection from the log (or catches up a
+    /// warm one), and relays what this producer committed that the bus
+    /// never got.
     async fn start(
         log: &'a Log,
         bus: &'a Bus,
         cfg: &'a ServiceConfig,
-        mut decider: D,
+        start: Start<D>,
         epoch: i64,
         stats: &'a ServiceStats,
     ) -> anyhow::Result<Self> {
-        let producer = decider.producer();
-        // Subscribe before rebuilding so nothing committed meanwhile is
+        let producer = start.producer();
+        // Subscribe before folding so nothing committed meanwhile is
         // missed (if the bus is down, the tail poll finds it).
         let feed = subscribe(bus, &cfg.service).await;
         let published = last_published(bus, producer, &cfg.service).await;
         let started = Instant::now();
-        let mut unpublished: Vec<LoggedEvent> = Vec::new();
-        let proj = {
-            let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| {
-                if seq > published && e.producer() == producer {
-                    unpublished.push(LoggedEvent {
-                        seq,
-                        event: e.clone(),
-                    });
-                }
-                decider.observe(s, seq, e, ok);
-            };
-            Projection::rebuild(log, &mut obs).await?
+        let (proj, decider, unpublished, folded) = match start {
+            Start::Cold(decider) => rebuild(log, decider, producer, published).await?,
+            Start::Warm(warm) => catch_up(log, *warm, producer, published).await?,
         };
-        info!(service = %cfg.service, seq = proj.seq(), jobs = proj.state().job_count(), ms = started.elapsed().as_millis() as u64, "projection rebuilt");
+        stats
+            .takeover_folded
+            .store(folded as u64, Ordering::Relaxed);
+        info!(service = %cfg.service, seq = proj.seq(), folded, jobs = proj.state().job_count(), ms = started.elapsed().as_millis() as u64, "projection ready");
         let epoch = u64::try_from(epoch).unwrap_or(0);
         relay(bus, producer, epoch, unpublished, stats).await;
         stats.seq.store(proj.seq(), Ordering::Relaxed);
@@ -440,6 +461,75 @@ impl<'a, D: Decider> Stage<'a, D> {
             events,
         }
     }
+}
+
+/// Folds the whole log into a new projection; with the events of
+/// `producer` after `published` (to relay) and the count folded.
+async fn rebuild<D: Decider>(
+    log: &Log,
+    mut decider: D,
+    producer: Producer,
+    published: u64,
+) -> anyhow::Result<(Projection, D, Vec<LoggedEvent>, usize)> {
+    let mut unpublished: Vec<LoggedEvent> = Vec::new();
+    let proj = {
+        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| {
+            if seq > published && e.producer() == producer {
+                unpublished.push(LoggedEvent {
+                    seq,
+                    event: e.clone(),
+                });
+            }
+            decider.observe(s, seq, e, ok);
+        };
+        Projection::rebuild(log, &mut obs).await?
+    };
+    let folded = usize::try_from(proj.seq()).unwrap_or(usize::MAX);
+    Ok((proj, decider, unpublished, folded))
+}
+
+/// Folds what was committed since a hot standby's last read; with the
+/// events of `producer` after `published` (read back from the log: the
+/// standby folded most of them already) and the count folded.
+async fn catch_up<D: Decider>(
+    log: &Log,
+    warm: Warm<D>,
+    producer: Producer,
+    published: u64,
+) -> anyhow::Result<(Projection, D, Vec<LoggedEvent>, usize)> {
+    let Warm {
+        mut proj,
+        mut decider,
+    } = warm;
+    let folded = {
+        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
+        proj.catch_up(log, u64::MAX, &mut obs).await?
+    };
+    let unpublished = own_events(log, producer, published, proj.seq()).await?;
+    Ok((proj, decider, unpublished, folded))
+}
+
+/// The events of `producer` in the log after `after` up to `upto`.
+async fn own_events(
+    log: &Log,
+    producer: Producer,
+    after: u64,
+    upto: u64,
+) -> anyhow::Result<Vec<LoggedEvent>> {
+    let mut out = Vec::new();
+    let mut at = after;
+    while at < upto {
+        let page = log.read_from(at, POLL_PAGE as usize).await?;
+        let Some(last) = page.last().map(|le| le.seq) else {
+            break;
+        };
+        out.extend(
+            page.into_iter()
+                .filter(|le| le.seq <= upto && le.event.producer() == producer),
+        );
+        at = last;
+    }
+    Ok(out)
 }
 
 fn seq_u64(s: i64) -> u64 {

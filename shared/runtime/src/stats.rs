@@ -116,6 +116,10 @@ pub struct ServiceStats {
     pub ready_unix_ms: AtomicU64,
     /// How long the last rebuild took, milliseconds.
     pub rebuild_ms: AtomicU64,
+    /// Events folded after the last takeover before deciding: the whole
+    /// log after a cold start, only what a hot standby had not folded yet
+    /// after a warm one.
+    pub takeover_folded: AtomicU64,
     /// When the service's loop last went round (leading or standing by),
     /// Unix milliseconds: a loop stuck anywhere stops moving it.
     pub loop_unix_ms: AtomicU64,
@@ -181,6 +185,9 @@ pub struct StatsSnapshot {
     /// Whether the bus is failing (deciding from the log).
     #[serde(default)]
     pub bus_down: bool,
+    /// Events folded after the last takeover (see [`ServiceStats`]).
+    #[serde(default)]
+    pub takeover_folded: u64,
 }
 
 impl StatsSnapshot {
@@ -207,6 +214,7 @@ impl StatsSnapshot {
             leading_epoch: l(&stats.leading_epoch),
             bus_errors: l(&stats.bus_errors),
             bus_down: l(&stats.bus_down) == 1,
+            takeover_folded: l(&stats.takeover_folded),
         }
     }
 }
