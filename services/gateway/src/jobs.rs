@@ -148,6 +148,50 @@ fn reject_to_error(s: &State, who: &Principal, r: RejectReason) -> ApiError {
     ApiError::field(&field, rule)
 }
 
+/// The checks of a submission beyond the JSON schema (see
+/// [`submit_job`]), against the cluster in `state`.
+pub(crate) fn check_submission(
+    state: &State,
+    who: &Principal,
+    spec: &JobSpec,
+) -> Result<(), ApiError> {
+    spec.check_fields()
+        .map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    if !who.may_touch(&spec.tenant) {
+        // Tenant names are no secret (`/v1/queues` lists them): an unknown
+        // one is a 400 listing the tenant this token may use.
+        if state.tenant_idx(&spec.tenant).is_none() {
+            return Err(unknown_tenant(state, who, &spec.tenant));
+        }
+        return Err(ApiError {
+            field: Some("tenant".into()),
+            ..ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "tenant: this token submits only for its own tenant",
+            )
+        });
+    }
+    gpusched_core::admission::validate(state, spec).map_err(|r| reject_to_error(state, who, r))
+}
+
+/// An idempotency key as the client gave it (`field` says where, in the
+/// client's words), scoped to `tenant` as the log stores it.
+pub(crate) fn scoped_key(
+    raw: Option<&str>,
+    tenant: &str,
+    field: &str,
+) -> Result<Option<String>, ApiError> {
+    let Some(k) = raw else { return Ok(None) };
+    if k.is_empty() || k.len() > 200 || !k.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::field(
+            field,
+            "must be 1 to 200 visible ASCII characters",
+        ));
+    }
+    Ok(Some(format!("submit:{tenant}:{k}")))
+}
+
 /// Submit a job. With an `Idempotency-Key` header, a repeated request
 /// answers 200 with the job the first one created (201).
 ///
@@ -181,44 +225,11 @@ pub async fn submit_job(
     body: Result<Json<JobSpec>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(spec) = body?;
-    spec.check_fields()
-        .map_err(|e| ApiError::field(&e.field, &e.rule))?;
-    if !who.may_touch(&spec.tenant) {
-        // Tenant names are no secret (`/v1/queues` lists them): an unknown
-        // one is a 400 listing the tenant this token may use.
-        let p = read_view(&gw.view);
-        if p.state().tenant_idx(&spec.tenant).is_none() {
-            return Err(unknown_tenant(p.state(), &who, &spec.tenant));
-        }
-        return Err(ApiError {
-            field: Some("tenant".into()),
-            ..ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                "tenant: this token submits only for its own tenant",
-            )
-        });
-    }
-    {
-        let p = read_view(&gw.view);
-        gpusched_core::admission::validate(p.state(), &spec)
-            .map_err(|r| reject_to_error(p.state(), &who, r))?;
-    }
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let k = v.to_str().ok().filter(|k| {
-                !k.is_empty() && k.len() <= 200 && k.bytes().all(|b| b.is_ascii_graphic())
-            });
-            let Some(k) = k else {
-                return Err(ApiError::field(
-                    "Idempotency-Key",
-                    "must be 1 to 200 visible ASCII characters",
-                ));
-            };
-            Some(format!("submit:{}:{k}", spec.tenant))
-        }
-    };
+    check_submission(read_view(&gw.view).state(), &who, &spec)?;
+    let raw_key = headers
+        .get("idempotency-key")
+        .map(|v| v.to_str().unwrap_or(""));
+    let key = scoped_key(raw_key, &spec.tenant, "Idempotency-Key")?;
     let s = gw
         .submitter
         .try_submit(spec, key)

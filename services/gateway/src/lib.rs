@@ -12,6 +12,7 @@
 //! event is committed to the log, or answer bad input with a 5xx.
 
 mod auth;
+mod batch;
 mod cluster;
 mod events_api;
 mod health;
@@ -168,6 +169,11 @@ struct ApiDoc;
 fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(batch::submit_batch))
+                .layer(DefaultBodyLimit::max(batch::MAX_BATCH_BODY_BYTES)),
+        )
         .routes(routes!(jobs::get_job, jobs::cancel_job))
         .routes(routes!(jobs::job_events))
         .routes(routes!(jobs::explain_job))
@@ -291,6 +297,41 @@ impl ApiError {
         }
     }
 
+    /// The error as an answer's body shows it.
+    fn detail(self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code.to_string(),
+            message: self.message,
+            field: self.field,
+        }
+    }
+
+    /// The same error with its field placed inside `outer` (`tenant`
+    /// within `jobs[3]` is `jobs[3].tenant`), its message naming it so.
+    fn within(self, outer: &str) -> Self {
+        let (field, rest) = match self.field.as_deref() {
+            Some(f) if !f.is_empty() => {
+                let rest = self
+                    .message
+                    .strip_prefix(&format!("{f}: "))
+                    .unwrap_or(&self.message);
+                (format!("{outer}.{f}"), rest.to_string())
+            }
+            _ => (
+                outer.to_string(),
+                self.message
+                    .strip_prefix(": ")
+                    .unwrap_or(&self.message)
+                    .to_string(),
+            ),
+        };
+        ApiError {
+            message: format!("{field}: {rest}"),
+            field: Some(field),
+            ..self
+        }
+    }
+
     /// 400 naming a field and the rule it broke.
     fn field(field: &str, rule: impl std::fmt::Display) -> Self {
         ApiError {
@@ -346,22 +387,19 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let status = self.status;
         let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.to_string(),
-                message: self.message,
-                field: self.field,
-            },
+            error: self.detail(),
         };
-        let mut r = (self.status, Json(body)).into_response();
+        let mut r = (status, Json(body)).into_response();
         if matches!(
-            self.status,
+            status,
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
         ) {
             r.headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }
-        if self.status == StatusCode::UNAUTHORIZED {
+        if status == StatusCode::UNAUTHORIZED {
             r.headers_mut().insert(
                 "www-authenticate",
                 axum::http::HeaderValue::from_static("Bearer"),

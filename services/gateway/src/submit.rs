@@ -99,6 +99,39 @@ impl Submitter {
         self.send(Work::Submit(spec), key, false).await
     }
 
+    /// Submits many jobs at once: they go to the writer together, so they
+    /// share its appends (a thousand jobs are one or two transactions).
+    /// One result per job, in order; a job that finds the writer's queue
+    /// full is [`SubmitError::Busy`], the others are written all the same.
+    pub async fn submit_many(
+        &self,
+        jobs: Vec<(JobSpec, Option<String>)>,
+    ) -> Vec<Result<Submitted, SubmitError>> {
+        let queued: Vec<_> = jobs
+            .into_iter()
+            .map(|(spec, key)| {
+                let (reply, rx) = oneshot::channel();
+                let req = Request {
+                    work: Work::Submit(spec),
+                    key,
+                    reply,
+                };
+                self.tx.try_send(req).map(|()| rx).map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => SubmitError::Busy,
+                    mpsc::error::TrySendError::Closed(_) => SubmitError::Closed,
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(queued.len());
+        for q in queued {
+            out.push(match q {
+                Ok(rx) => rx.await.unwrap_or(Err(SubmitError::Closed)),
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
     /// Appends `events` as one unit, in the same append as other requests
     /// of the moment. The reply's `seq` is that of the last event; `job` is
     /// the first event's job, if any. With a `key` seen before, nothing is

@@ -305,6 +305,125 @@ async fn idempotency_key_gives_the_same_job_and_refuses_a_different_body() {
     assert_eq!(field(&v4), "Idempotency-Key");
 }
 
+async fn batch(api: &Api, token: Option<&str>, body: Value) -> (StatusCode, Value) {
+    api.call("POST", "/v1/jobs:batch", token, Some(body)).await
+}
+
+#[tokio::test]
+async fn a_batch_checks_each_job_on_its_own_and_writes_the_valid_ones() {
+    let api = api().await;
+    let items = json!({"jobs": [
+        {"spec": job("vision", 1, 1), "idempotency_key": "b-0"},
+        {"spec": job("nobody", 1, 1)},
+        {"spec": {"tenant": "vision", "workers": "two", "gpus_per_worker": 1}},
+        {"spec": job("speech", 1, 1)},
+        {"spec": job("vision", 1, 1), "idempotency_key": ""},
+        {"spec": job("vision", 2, 8), "idempotency_key": "b-5"},
+        {"nonsense": 1},
+        {"spec": job("vision", 1, 1), "idempotency_key": "b-0"},
+        {"spec": job("vision", 1, 64)},
+    ]});
+    let (s, v) = batch(&api, Some(VISION), items.clone()).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let r = v["results"].as_array().unwrap();
+    let statuses: Vec<u64> = r.iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    assert_eq!(
+        statuses,
+        [201, 400, 400, 403, 400, 201, 400, 200, 400],
+        "{v}"
+    );
+    assert_eq!(
+        (
+            v["created"].as_u64(),
+            v["existing"].as_u64(),
+            v["failed"].as_u64()
+        ),
+        (Some(2), Some(1), Some(6))
+    );
+    let item_field = |i: usize| r[i]["error"]["field"].as_str().unwrap_or("").to_string();
+    assert_eq!(item_field(1), "jobs[1].spec.tenant");
+    assert_eq!(item_field(2), "jobs[2].spec.workers");
+    assert_eq!(item_field(3), "jobs[3].spec.tenant");
+    assert_eq!(item_field(4), "jobs[4].idempotency_key");
+    assert!(item_field(6).starts_with("jobs[6]"), "{}", r[6]);
+    assert!(
+        r[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("jobs[1].spec.tenant: unknown tenant"),
+        "{}",
+        r[1]
+    );
+    assert!(item_field(8).starts_with("jobs[8].spec."), "{}", r[8]);
+    // The same key twice in one batch: one job.
+    assert_eq!(r[7]["id"], r[0]["id"], "{v}");
+    // Exactly the two valid jobs were written.
+    api.sync(r[5]["seq"].as_u64().unwrap()).await;
+    let (_, listed) = api.call("GET", "/v1/jobs", Some(VISION), None).await;
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 2, "{listed}");
+
+    // Sent again: the keyed jobs are the same ones, nothing new is written.
+    let (_, again) = batch(&api, Some(VISION), items).await;
+    let r2 = again["results"].as_array().unwrap();
+    assert_eq!(
+        (r2[0]["status"].as_u64(), r2[5]["status"].as_u64()),
+        (Some(200), Some(200))
+    );
+    assert_eq!((&r2[0]["id"], &r2[5]["id"]), (&r[0]["id"], &r[5]["id"]));
+    assert_eq!(again["created"], 0, "{again}");
+}
+
+#[tokio::test]
+async fn a_batch_is_one_to_a_thousand_jobs_in_up_to_eight_mib() {
+    let api = api().await;
+    for (jobs, why) in [(0, "none"), (1001, "too many")] {
+        let items: Vec<Value> = (0..jobs)
+            .map(|_| json!({"spec": job("vision", 1, 1)}))
+            .collect();
+        let (s, v) = batch(&api, Some(VISION), json!({ "jobs": items })).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{why}: {v}");
+        assert_eq!(field(&v), "jobs", "{why}: {v}");
+    }
+    let (s, v) = batch(&api, Some(VISION), json!({"items": []})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(
+        batch(&api, None, json!({"jobs": [{"spec": job("vision", 1, 1)}]}))
+            .await
+            .0,
+        StatusCode::UNAUTHORIZED
+    );
+    // A thousand jobs with commands: over the single-job body limit, all
+    // written, in order.
+    let long = "x".repeat(400);
+    let items: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut spec = job("vision", 1, 1);
+            spec["command"] = json!(["train.sh", long, i.to_string()]);
+            json!({"spec": spec, "idempotency_key": format!("k-{i}")})
+        })
+        .collect();
+    let body = json!({ "jobs": items });
+    assert!(body.to_string().len() > gpusched_gateway::MAX_BODY_BYTES);
+    let (s, v) = batch(&api, Some(VISION), body).await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "{}",
+        v.to_string().chars().take(400).collect::<String>()
+    );
+    assert_eq!(v["created"], 1000);
+    let ids: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids in the order of the items"
+    );
+}
+
 #[tokio::test]
 async fn tokens_limit_who_sees_and_does_what() {
     let api = api().await;
@@ -647,8 +766,9 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 17] = [
+const SERVED: [(&str, &str); 18] = [
     ("post", "/v1/jobs"),
+    ("post", "/v1/jobs:batch"),
     ("get", "/v1/jobs"),
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),
