@@ -245,13 +245,15 @@ fn with_flag(field: &str, msg: &str) -> String {
 /// `gpusched submit`.
 #[derive(clap::Args, Debug)]
 pub struct SubmitArgs {
-    /// Job spec file: .toml, .yaml/.yml or .json (`-`: JSON on stdin). Flags
-    /// given next to it override its fields.
+    /// Job spec file: .toml, .yaml/.yml or .json (`-`: JSON on stdin); or
+    /// .jsonl, one job a line, sent in batches of 1000. Flags given next to
+    /// it override its fields (every line's).
     #[arg(long, short = 'f')]
     file: Option<PathBuf>,
     #[command(flatten)]
     spec: SpecFlags,
     /// Idempotency key: submitting again with it returns the same job.
+    /// With a .jsonl file, line N's job gets the key KEY-N.
     #[arg(long)]
     key: Option<String>,
     #[command(flatten)]
@@ -273,6 +275,10 @@ fn spec_body(a: &SubmitArgs) -> Result<Value> {
 
 /// `gpusched submit`.
 pub async fn submit(a: SubmitArgs) -> Result<()> {
+    if let Some(path) = a.file.as_deref().filter(|p| SpecFile::is_lines(p)) {
+        let c = a.conn.client()?;
+        return crate::batch::submit_lines(&c, path, &a.spec, a.key.as_deref()).await;
+    }
     let body = spec_body(&a)?;
     let c = a.conn.client()?;
     let mut req = c.request(reqwest::Method::POST, "/v1/jobs").json(&body);

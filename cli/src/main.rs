@@ -4,6 +4,7 @@
 //! Must never: make scheduling decisions (the core does) or hide errors:
 //! bad input exits non-zero with a message that names the field.
 
+mod batch;
 mod client;
 mod dev;
 mod logs;

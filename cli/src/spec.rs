@@ -332,6 +332,9 @@ pub struct SpecFile {
     name: String,
     text: String,
     fields: FileSpec,
+    /// The file's line that `text` starts on (1, but for a line of a JSON
+    /// Lines file).
+    first_line: usize,
 }
 
 /// Line and column (both from 1, the column in characters) of a byte
@@ -466,12 +469,56 @@ impl SpecFile {
             "json" => Format::Json,
             other => {
                 return Err(BadSpec(format!(
-                    "--file {name}: unknown extension .{other}; use .toml, .yaml, .yml or .json"
+                    "--file {name}: unknown extension .{other}; use .toml, .yaml, .yml, .json, or .jsonl for many jobs"
                 )))
             }
         };
         let fields = parse(format, &text).map_err(|e| e.located(&name, &text))?;
-        Ok(SpecFile { name, text, fields })
+        Ok(SpecFile {
+            name,
+            text,
+            fields,
+            first_line: 1,
+        })
+    }
+
+    /// Reads a JSON Lines file of job specs, one JSON object a line
+    /// (blank lines skipped), each with its line number. Every line is
+    /// read before any is used: the first bad one is the error,
+    /// `FILE:LINE:COL: what`.
+    pub fn read_lines(path: &Path) -> Result<Vec<(usize, SpecFile)>, BadSpec> {
+        let name = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| BadSpec(format!("--file {name}: {e}")))?;
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let n = i + 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let fields = parse(Format::Json, line).map_err(|mut e| {
+                e.at = e.at.map(|(_, col)| (n, col));
+                e.located(&name, &text)
+            })?;
+            let spec = SpecFile {
+                name: name.clone(),
+                text: line.to_string(),
+                fields,
+                first_line: n,
+            };
+            out.push((n, spec));
+        }
+        if out.is_empty() {
+            return Err(BadSpec(format!("--file {name}: no jobs in it")));
+        }
+        Ok(out)
+    }
+
+    /// Whether `path` names a JSON Lines file of many jobs.
+    pub fn is_lines(path: &Path) -> bool {
+        path.extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
     }
 
     /// Parses spec text as a file named `name` would be (for tests).
@@ -482,6 +529,7 @@ impl SpecFile {
             name: name.to_string(),
             text: text.to_string(),
             fields,
+            first_line: 1,
         })
     }
 }
@@ -597,7 +645,10 @@ pub fn body(file: Option<&SpecFile>, flags: &SpecFlags) -> Result<Value, BadSpec
             (false, Some(f)) => {
                 let what = format!("{}: {rule}", field_and_flag(&e.field));
                 match locate_key(&f.text, &e.field) {
-                    Some((line, col)) => BadSpec(format!("{}:{line}:{col}: {what}", f.name)),
+                    Some((line, col)) => {
+                        let line = line + f.first_line - 1;
+                        BadSpec(format!("{}:{line}:{col}: {what}", f.name))
+                    }
                     None => BadSpec(format!("{}: {what}", f.name)),
                 }
             }

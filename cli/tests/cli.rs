@@ -391,6 +391,97 @@ fn spec_files_and_flags_are_checked_before_any_request() {
     assert!(err.contains("--state") && err.contains("cordoned"), "{err}");
 }
 
+#[test]
+fn a_jsonl_file_is_read_whole_before_any_request() {
+    let dir = tempdir::Dir(
+        std::env::temp_dir().join(format!("gpusched-jsonl-{}", uuid::Uuid::new_v4().simple())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("jobs.jsonl");
+    let f = path.to_str().unwrap();
+    let good = r#"{"tenant": "vision", "workers": 1, "gpus_per_worker": 1}"#;
+    // A line that is not JSON: its line and column; nothing is sent.
+    std::fs::write(&path, format!("{good}\n\n{good}\n{{\"tenant\": \n")).unwrap();
+    let (c, err) = offline(&["submit", "-f", f]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains(&format!("{f}:4:")), "{err}");
+    // A line the model's checks refuse: named by line, field and flag.
+    std::fs::write(
+        &path,
+        format!(
+            "{good}\n{}\n",
+            r#"{"tenant": "vision", "workers": 1, "gpus_per_worker": 0}"#
+        ),
+    )
+    .unwrap();
+    let (c, err) = offline(&["submit", "-f", f]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{f}:2:36: gpus_per_worker (--gpus): must be at least 1"
+        )),
+        "{err}"
+    );
+    // A flag over every line mends it; then the file goes to the server.
+    assert_eq!(offline(&["submit", "-f", f, "-G", "2"]).0, Some(6));
+    std::fs::write(&path, "\n").unwrap();
+    let (c, err) = offline(&["submit", "-f", f]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("no jobs"), "{err}");
+}
+
+#[test]
+fn a_jsonl_file_submits_each_line_and_names_the_lines_refused() {
+    let dev = Dev::start();
+    let path = dev.dir.0.join("jobs.jsonl");
+    let f = path.to_str().unwrap();
+    let job =
+        |tenant: &str| format!(r#"{{"tenant": "{tenant}", "workers": 1, "gpus_per_worker": 1}}"#);
+    let lines = [
+        job("vision"),
+        job("vision"),
+        job("nobody"),
+        String::new(),
+        job("vision"),
+    ];
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let o = dev.run(ADMIN, &["submit", "-f", f, "--key", "b1"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    );
+    assert_eq!(o.status.code(), Some(5), "{out}{err}");
+    assert!(
+        out.contains(&format!("{f}:3: 400: --tenant: unknown tenant")),
+        "{out}"
+    );
+    assert!(out.contains("submitted 3 jobs"), "{out}");
+    assert!(err.contains("1 of 4 jobs were not submitted"), "{err}");
+    // Again with the same key: the same jobs, none new.
+    let o = dev.run(ADMIN, &["submit", "-f", f, "--key", "b1", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            v["created"].as_u64(),
+            v["existing"].as_u64(),
+            v["failed"].as_u64()
+        ),
+        (Some(0), Some(3), Some(1)),
+        "{v}"
+    );
+    let lines: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [1, 2, 3, 5]);
+    // The jobs are there, once each.
+    let listed: serde_json::Value =
+        serde_json::from_str(&dev.ok(ADMIN, &["list", "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+}
+
 /// The column `name` of a table row, by the header's column starts.
 fn column(table: &str, row: &str, name: &str) -> String {
     let header = table.lines().next().unwrap();
