@@ -162,6 +162,128 @@ impl Client {
         }
     }
 
+    /// Submits `items` (key, spec) through `POST /v1/jobs:batch`, sending
+    /// the items that found the gateway busy or its log down again (their
+    /// keys keep it safe) until each is in or refused. Returns the jobs
+    /// accepted and the first refusal of the others, if any.
+    pub async fn submit_batch(&self, items: &[(String, &JobSpec)]) -> Result<(u64, Vec<String>)> {
+        let mut pending: Vec<&(String, &JobSpec)> = items.iter().collect();
+        let (mut accepted, mut refused) = (0u64, Vec::new());
+        let mut failures = 0u32;
+        while !pending.is_empty() {
+            let jobs: Vec<serde_json::Value> = pending
+                .iter()
+                .map(|(k, spec)| {
+                    serde_json::json!({"spec": spec, "idempotency_key": format!("{}-{k}", self.run)})
+                })
+                .collect();
+            let r = self
+                .http
+                .post(format!("{}/v1/jobs:batch", self.base))
+                .header("Authorization", &self.auth)
+                .json(&serde_json::json!({ "jobs": jobs }))
+                .send()
+                .await;
+            let reply: serde_json::Value = match r {
+                Ok(resp) if resp.status().is_success() => {
+                    resp.json().await.context("reading the batch reply")?
+                }
+                Ok(resp) if resp.status().is_client_error() && resp.status() != 429 => {
+                    let status = resp.status();
+                    bail!(
+                        "batch refused: {status} {}",
+                        resp.text().await.unwrap_or_default()
+                    );
+                }
+                other => {
+                    failures += 1;
+                    if failures >= 5 {
+                        bail!("batch submission kept failing: {other:?}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(failures))).await;
+                    continue;
+                }
+            };
+            let results = reply["results"].as_array().cloned().unwrap_or_default();
+            if results.len() != pending.len() {
+                bail!("{} results for {} jobs", results.len(), pending.len());
+            }
+            let mut again = Vec::new();
+            for (item, r) in pending.into_iter().zip(&results) {
+                match r["status"].as_u64() {
+                    Some(200 | 201) => accepted += 1,
+                    Some(429 | 503) => again.push(item),
+                    _ => refused.push(r.to_string()),
+                }
+            }
+            if !again.is_empty() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            pending = again;
+        }
+        Ok((accepted, refused))
+    }
+
+    /// Submits `jobs` as fast as replies come, `batch` jobs a request
+    /// (`POST /v1/jobs:batch`) with at most `in_flight` requests open;
+    /// keys as [`Client::submit_all`]'s.
+    pub async fn submit_all_batched(
+        &self,
+        jobs: &[Planned],
+        batch: usize,
+        in_flight: usize,
+        key_prefix: &str,
+        bar: &ProgressBar,
+        cancel: &CancellationToken,
+    ) -> Result<SubmitOutcome> {
+        let started = Instant::now();
+        let (mut accepted, mut failed) = (0u64, 0u64);
+        let mut latencies_ms = Vec::with_capacity(jobs.len());
+        let chunks: Vec<Vec<(String, &JobSpec)>> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("{key_prefix}{i}"), &p.spec))
+            .collect::<Vec<_>>()
+            .chunks(batch.max(1))
+            .map(<[_]>::to_vec)
+            .collect();
+        let mut run = futures::stream::iter(chunks.iter().map(|chunk| async move {
+            let t = Instant::now();
+            let out = self.submit_batch(chunk).await;
+            (chunk.len(), out, t.elapsed().as_secs_f64() * 1000.0)
+        }))
+        .buffer_unordered(in_flight.max(1));
+        loop {
+            let next = tokio::select! {
+                _ = cancel.cancelled() => break,
+                n = run.next() => n,
+            };
+            let Some((n, out, ms)) = next else { break };
+            match out {
+                Ok((ok, refused)) => {
+                    accepted += ok;
+                    failed += refused.len() as u64;
+                    if let Some(first) = refused.first() {
+                        eprintln!("first refused item: {first}");
+                    }
+                }
+                Err(e) => {
+                    failed += n as u64;
+                    eprintln!("batch failed: {e:#}");
+                }
+            }
+            latencies_ms.extend(std::iter::repeat_n(ms, n));
+            bar.inc(n as u64);
+        }
+        Ok(SubmitOutcome {
+            accepted,
+            failed,
+            seconds: started.elapsed().as_secs_f64(),
+            latencies_ms,
+            worst_lag_ms: 0.0,
+        })
+    }
+
     /// The gateway's status.
     pub async fn status(&self) -> Result<Status> {
         let r = self

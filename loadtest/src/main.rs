@@ -113,6 +113,12 @@ pub struct Args {
     /// Submissions in flight at once (closed loop).
     #[arg(long, default_value_t = 256)]
     pub in_flight: usize,
+    /// Jobs a submission request carries: 1 sends each job alone (`POST
+    /// /v1/jobs`); more sends them through `POST /v1/jobs:batch` (at most
+    /// 1000), with --in-flight / BATCH requests open (at least 2). Closed
+    /// loop only (burst, and the restart and reclaim fills).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub batch: u16,
     /// Workload seed.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,

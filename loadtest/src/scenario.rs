@@ -447,9 +447,17 @@ async fn submit_plan(
     cancel: &CancellationToken,
 ) -> Result<SubmitOutcome> {
     let bar = drive::bar(plan.jobs.len() as u64, "submitted");
-    let out = client
-        .submit_all(&plan.jobs, plan.open_loop, args.in_flight, "", &bar, cancel)
-        .await?;
+    let out = if args.batch > 1 && !plan.open_loop {
+        let batch = usize::from(args.batch);
+        let requests = (args.in_flight / batch).max(2);
+        client
+            .submit_all_batched(&plan.jobs, batch, requests, "", &bar, cancel)
+            .await?
+    } else {
+        client
+            .submit_all(&plan.jobs, plan.open_loop, args.in_flight, "", &bar, cancel)
+            .await?
+    };
     bar.finish_and_clear();
     eprintln!(
         "submitted {} jobs in {:.1} s ({:.0}/s), {} failed",
