@@ -3,8 +3,11 @@
 //!
 //! Owns: `GET /healthz` (liveness: the service's loop went round within
 //! [`STUCK_AFTER`]; a loop stuck on I/O or a lock is 503, whatever else
-//! still runs) and `GET /readyz` (the same, with the role: leading at an
-//! epoch, or standing by), both with the service's counters as JSON.
+//! still runs) and `GET /readyz` (readiness: alive, the event log
+//! reachable and the bus answering; leading at an epoch or standing by,
+//! both ready: a standby folds the log as it waits), both with the
+//! service's counters as JSON, `/readyz` with `ready` and the reasons it
+//! is not (`not_ready`).
 //!
 //! Must never: answer from anything but the loop's own heartbeat (a stats
 //! writer or this server staying up says nothing about the loop), or bind
@@ -50,6 +53,44 @@ async fn healthz(State(h): State<Health>) -> (StatusCode, Json<StatsSnapshot>) {
     h.answer()
 }
 
+/// `/readyz`'s body: the counters, whether the service is ready, and why
+/// not.
+#[derive(serde::Serialize)]
+struct Readiness {
+    ready: bool,
+    not_ready: Vec<&'static str>,
+    #[serde(flatten)]
+    stats: StatsSnapshot,
+}
+
+async fn readyz(State(h): State<Health>) -> (StatusCode, Json<Readiness>) {
+    let (alive, Json(stats)) = h.answer();
+    let mut not_ready = Vec::new();
+    if alive != StatusCode::OK {
+        not_ready.push("the service's loop is stuck");
+    }
+    if stats.log_down {
+        not_ready.push("the event log is unreachable");
+    }
+    if stats.bus_down {
+        not_ready.push("the bus is unreachable (deciding from the log meanwhile)");
+    }
+    let ready = not_ready.is_empty();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Readiness {
+            ready,
+            not_ready,
+            stats,
+        }),
+    )
+}
+
 /// The routes, over `stats`.
 pub fn health_router(service: &str, stats: Arc<ServiceStats>) -> Router {
     let h = Health {
@@ -58,7 +99,7 @@ pub fn health_router(service: &str, stats: Arc<ServiceStats>) -> Router {
     };
     Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(h)
 }
 
@@ -105,6 +146,31 @@ mod tests {
         let router = health_router("quota", stats);
         tokio::spawn(async move { axum::serve(listener, router).await });
         addr
+    }
+
+    #[tokio::test]
+    async fn ready_only_with_the_log_and_the_bus_and_says_why_not() {
+        let stats = Arc::new(ServiceStats::default());
+        stats.beat();
+        let addr = serve(stats.clone()).await;
+        assert_eq!(get_status(addr, "/readyz").await.0, 200);
+        stats.log_down.store(1, Ordering::Relaxed);
+        let (code, body) = get_status(addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(body.contains("\"ready\":false"), "{body}");
+        assert!(body.contains("the event log is unreachable"), "{body}");
+        // Alive all the same.
+        assert_eq!(get_status(addr, "/healthz").await.0, 200);
+        stats.log_down.store(0, Ordering::Relaxed);
+        stats.bus_down.store(1, Ordering::Relaxed);
+        let (code, body) = get_status(addr, "/readyz").await;
+        assert_eq!(code, 503);
+        assert!(body.contains("the bus is unreachable"), "{body}");
+        assert!(!body.contains("event log"), "{body}");
+        stats.bus_down.store(0, Ordering::Relaxed);
+        let (code, body) = get_status(addr, "/readyz").await;
+        assert_eq!(code, 200);
+        assert!(body.contains("\"ready\":true"), "{body}");
     }
 
     #[tokio::test]

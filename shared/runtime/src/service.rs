@@ -149,6 +149,7 @@ pub async fn run_service<D: Decider, F: Fn() -> D>(
                 leader.abandon();
             }
             Err(e) => {
+                stats.log_down.store(1, Ordering::Relaxed);
                 error!(service = %cfg.service, error = %e, "leading failed; trying again");
                 held = retry_with(leader, &cfg, &shutdown).await;
                 if shutdown.is_cancelled() {
@@ -203,8 +204,12 @@ async fn standby<D: Decider>(
 async fn keep_warm<D: Decider>(log: &Log, w: &mut Warm<D>, stats: &ServiceStats) {
     let decider = &mut w.decider;
     let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
-    if let Err(e) = w.proj.catch_up(log, u64::MAX, &mut obs).await {
-        warn!(error = %e, "standby cannot read the log; trying again");
+    match w.proj.catch_up(log, u64::MAX, &mut obs).await {
+        Ok(_) => stats.log_down.store(0, Ordering::Relaxed),
+        Err(e) => {
+            stats.log_down.store(1, Ordering::Relaxed);
+            warn!(error = %e, "standby cannot read the log; trying again");
+        }
     }
     stats.seq.store(w.proj.seq(), Ordering::Relaxed);
 }

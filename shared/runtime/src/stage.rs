@@ -192,6 +192,7 @@ impl<'a, D: Decider> Stage<'a, D> {
         stats
             .takeover_folded
             .store(folded as u64, Ordering::Relaxed);
+        stats.log_down.store(0, Ordering::Relaxed);
         info!(service = %cfg.service, seq = proj.seq(), folded, jobs = proj.state().job_count(), ms = started.elapsed().as_millis() as u64, "projection ready");
         let epoch = u64::try_from(epoch).unwrap_or(0);
         relay(bus, producer, epoch, unpublished, stats).await;
@@ -362,6 +363,7 @@ impl<'a, D: Decider> Stage<'a, D> {
         let Stage { proj, decider, .. } = self;
         let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
         let folded = proj.catch_up(log, upto, &mut obs).await?;
+        self.stats.log_down.store(0, Ordering::Relaxed);
         if started.elapsed() > SLOW {
             warn!(service = %self.cfg.service, ms = started.elapsed().as_millis() as u64, folded, "slow read from the log");
         }

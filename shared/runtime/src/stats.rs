@@ -129,6 +129,10 @@ pub struct ServiceStats {
     pub bus_errors: AtomicU64,
     /// 1 while the bus is failing and the service decides from the log.
     pub bus_down: AtomicU64,
+    /// 1 while the event log is unreachable: the last call to it failed
+    /// (a lead that ended on a log error, a standby that could not read
+    /// it), until a call succeeds again.
+    pub log_down: AtomicU64,
 }
 
 impl ServiceStats {
@@ -188,6 +192,9 @@ pub struct StatsSnapshot {
     /// Events folded after the last takeover (see [`ServiceStats`]).
     #[serde(default)]
     pub takeover_folded: u64,
+    /// Whether the event log is unreachable (see [`ServiceStats`]).
+    #[serde(default)]
+    pub log_down: bool,
 }
 
 impl StatsSnapshot {
@@ -215,6 +222,7 @@ impl StatsSnapshot {
             bus_errors: l(&stats.bus_errors),
             bus_down: l(&stats.bus_down) == 1,
             takeover_folded: l(&stats.takeover_folded),
+            log_down: l(&stats.log_down) == 1,
         }
     }
 }
