@@ -30,7 +30,6 @@ use tracing::{error, info, warn};
 use crate::bus::Bus;
 use crate::leader::{Candidate, Leader, LeaseSpec};
 use crate::log::{Log, LoggedEvent};
-use crate::projection::Projection;
 use crate::stage::{lead, Start, Step, Warm};
 use crate::stats::ServiceStats;
 
@@ -173,10 +172,7 @@ async fn standby<D: Decider>(
     stats.leading_epoch.store(0, Ordering::Relaxed);
     let beat = keep_beating(stats, shutdown);
     let mut candidate = Candidate::new(log, &cfg.lease_spec());
-    let mut warm = Warm {
-        proj: Projection::new(),
-        decider: fresh,
-    };
+    let mut warm = Warm::new(fresh);
     let mut folded = false;
     let taken = loop {
         if let Some(leader) = candidate.try_take().await {
@@ -202,9 +198,7 @@ async fn standby<D: Decider>(
 /// Folds what the log holds beyond a standby's fold (the whole log the
 /// first time). A log that cannot be read leaves the fold where it was.
 async fn keep_warm<D: Decider>(log: &Log, w: &mut Warm<D>, stats: &ServiceStats) {
-    let decider = &mut w.decider;
-    let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
-    match w.proj.catch_up(log, u64::MAX, &mut obs).await {
+    match w.catch_up(log, u64::MAX).await {
         Ok(_) => stats.log_down.store(0, Ordering::Relaxed),
         Err(e) => {
             stats.log_down.store(1, Ordering::Relaxed);

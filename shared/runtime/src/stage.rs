@@ -61,6 +61,35 @@ pub(crate) struct Warm<D> {
     pub(crate) proj: Projection,
     /// The decider that observed every event of `proj`.
     pub(crate) decider: D,
+    /// The sequence of the last event of the decider's producer folded
+    /// (0: none): the relay reads the log back only when the bus has
+    /// less than this.
+    pub(crate) last_own: u64,
+}
+
+impl<D: Decider> Warm<D> {
+    /// A fold from nothing.
+    pub(crate) fn new(decider: D) -> Self {
+        Warm {
+            proj: Projection::new(),
+            decider,
+            last_own: 0,
+        }
+    }
+
+    /// Folds what the log holds beyond `upto`'s limit (`u64::MAX`: to its
+    /// end); returns the events folded.
+    pub(crate) async fn catch_up(&mut self, log: &Log, upto: u64) -> gpusched_store::Result<usize> {
+        let producer = self.decider.producer();
+        let (decider, last_own) = (&mut self.decider, &mut self.last_own);
+        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| {
+            if e.producer() == producer {
+                *last_own = seq;
+            }
+            decider.observe(s, seq, e, ok);
+        };
+        self.proj.catch_up(log, upto, &mut obs).await
+    }
 }
 
 /// How a lead starts.
@@ -491,23 +520,22 @@ async fn rebuild<D: Decider>(
 }
 
 /// Folds what was committed since a hot standby's last read; with the
-/// events of `producer` after `published` (read back from the log: the
-/// standby folded most of them already) and the count folded.
+/// events of `producer` after `published` (read back from the log, and
+/// only when the bus lacks some: the standby folded them already) and the
+/// count folded.
 async fn catch_up<D: Decider>(
     log: &Log,
-    warm: Warm<D>,
+    mut warm: Warm<D>,
     producer: Producer,
     published: u64,
 ) -> anyhow::Result<(Projection, D, Vec<LoggedEvent>, usize)> {
-    let Warm {
-        mut proj,
-        mut decider,
-    } = warm;
-    let folded = {
-        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
-        proj.catch_up(log, u64::MAX, &mut obs).await?
+    let folded = warm.catch_up(log, u64::MAX).await?;
+    let unpublished = if published < warm.last_own {
+        own_events(log, producer, published, warm.proj.seq()).await?
+    } else {
+        Vec::new()
     };
-    let unpublished = own_events(log, producer, published, proj.seq()).await?;
+    let Warm { proj, decider, .. } = warm;
     Ok((proj, decider, unpublished, folded))
 }
 
