@@ -3,83 +3,16 @@
 //! decides on from where the leader stopped (nothing decided twice).
 #![allow(clippy::unwrap_used)]
 
-use std::collections::HashMap;
+mod common;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpusched_core::{admission, State};
-use gpusched_events::{Event, Producer};
-use gpusched_model::{JobId, JobSpec, Timestamp};
-use gpusched_runtime::{
-    run_service, Bus, Decider, Leader, LeaseSpec, Log, MemLog, ServiceConfig, ServiceStats,
-};
-use gpusched_store::NewEvent;
+use common::stage::{decisions, submit, Admission};
+use gpusched_runtime::{run_service, Bus, Log, MemLog, ServiceConfig, ServiceStats};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-struct Admission;
-
-impl Decider for Admission {
-    fn producer(&self) -> Producer {
-        Producer::Admission
-    }
-    fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event> {
-        admission::decide(state, 1000, now)
-    }
-}
-
-fn spec() -> JobSpec {
-    JobSpec {
-        tenant: "nobody".into(),
-        priority: 0,
-        workers: 1,
-        gpus_per_worker: 1,
-        flavors: vec![],
-        topology: "node".into(),
-        preemptible: true,
-        checkpoint: None,
-        max_runtime_s: None,
-        command: Vec::new(),
-        env: Default::default(),
-        working_dir: None,
-        checkpoint_signal: None,
-    }
-}
-
-async fn submit(log: &Log, from: u64, n: u64) {
-    let lease = LeaseSpec {
-        service: "gateway".into(),
-        partition: "test".into(),
-        holder: "test".into(),
-        ttl: Duration::from_secs(30),
-    };
-    let w = Leader::try_take(log, &lease).await.unwrap().unwrap();
-    let batch: Vec<NewEvent> = (from..from + n)
-        .map(|i| {
-            NewEvent::new(Event::JobSubmitted {
-                job: JobId(i),
-                spec: spec(),
-                at: Timestamp(1),
-            })
-        })
-        .collect();
-    log.append(&batch, &w.fence()).await.unwrap();
-    w.release().await;
-}
-
-/// Admission decisions per job in the log.
-async fn decisions(log: &Log) -> HashMap<u64, u32> {
-    let mut out = HashMap::new();
-    for le in log.read_from(0, 1_000_000).await.unwrap() {
-        if le.event.producer() == Producer::Admission {
-            if let Some(j) = le.event.job() {
-                *out.entry(j.0).or_default() += 1;
-            }
-        }
-    }
-    out
-}
 
 async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);

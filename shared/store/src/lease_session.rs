@@ -181,12 +181,19 @@ impl LeaseSession {
             .fetch_optional(&mut *conn)
             .await;
         // The probe's lock goes whatever the takeover did.
-        sqlx::query_scalar::<_, bool>(UNLOCK_SQL)
+        let unlocked = sqlx::query_scalar::<_, bool>(UNLOCK_SQL)
             .bind(&key)
             .bind(epoch)
             .fetch_one(&mut *conn)
-            .await?;
-        taken?.as_ref().map(lease_from_row).transpose()
+            .await;
+        let lease = taken?.as_ref().map(lease_from_row).transpose()?;
+        if lease.is_none() {
+            // Still probing with this session: it must not keep the lock.
+            unlocked?;
+        }
+        // Taken: the lease is ours even if the unlock failed (a session
+        // that broke has lost its locks anyway).
+        Ok(lease)
     }
 
     async fn try_renew(&mut self, lease: &Lease, ttl: Duration) -> Result<Lease> {

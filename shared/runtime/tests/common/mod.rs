@@ -1,4 +1,6 @@
-//! Helpers for tests that need a private nats-server they can kill.
+//! Helpers for the runtime's integration tests: a private nats-server
+//! they can kill, and (`stage`) a deciding service's workload over the
+//! embedded log.
 //!
 //! Owns: [`NatsServer`], a nats-server with JetStream on a free port and
 //! its own store directory, and [`Timings`], a record of how long calls
@@ -6,6 +8,8 @@
 //! server on 4222, or leave a process or directory behind (the guard kills
 //! and removes them on drop, also when a test panics).
 #![allow(dead_code, clippy::unwrap_used, missing_docs)]
+
+pub mod stage;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
