@@ -77,8 +77,9 @@ impl<D: Decider> Warm<D> {
         }
     }
 
-    /// Folds what the log holds beyond `upto`'s limit (`u64::MAX`: to its
-    /// end); returns the events folded.
+    /// Folds the log from the fold's position up to `upto` (`u64::MAX`:
+    /// its end), noting this producer's last event; returns the events
+    /// folded.
     pub(crate) async fn catch_up(&mut self, log: &Log, upto: u64) -> gpusched_store::Result<usize> {
         let producer = self.decider.producer();
         let (decider, last_own) = (&mut self.decider, &mut self.last_own);
