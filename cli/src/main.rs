@@ -9,6 +9,7 @@ mod client;
 mod dev;
 mod logs;
 mod nodes;
+mod replay;
 mod spec;
 
 use anyhow::{bail, Context, Result};
@@ -78,6 +79,14 @@ struct ReplayArgs {
     /// Replay the events recorded at or before this time (RFC 3339).
     #[arg(long, value_name = "RFC3339")]
     until_time: Option<String>,
+    /// Start from the newest good snapshot (at or before --until-seq) and
+    /// fold only the events after it, instead of from the first event.
+    #[arg(long, conflicts_with = "until_time")]
+    from_snapshot: bool,
+    /// Replay both ways, from the newest good snapshot and from the first
+    /// event, and fail unless the two states are identical.
+    #[arg(long, conflicts_with_all = ["until_time", "from_snapshot"])]
+    verify: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -383,37 +392,23 @@ fn replay_log(args: ReplayArgs) -> Result<()> {
         let store = EventStore::connect(&args.database_url, 2)
             .await
             .with_context(|| "--database-url: cannot connect".to_string())?;
-        let started = Instant::now();
         let last = store.max_seq().await?;
-        let mut state = gpusched_core::State::new();
-        let folded = store
-            .replay_onto(&mut state, 0, until)
-            .await
-            .context("replay")?;
-        let secs = started.elapsed().as_secs_f64();
-        let c = state.phase_counts();
-        use gpusched_core::Phase;
-        println!(
-            "events applied: {} (log holds {last}; {} superseded decisions skipped)",
-            state.applied(),
-            folded.superseded
-        );
-        println!(
-            "nodes: {}  tenants: {}  jobs: {}",
-            state.nodes().len(),
-            state.tenants().len(),
-            state.job_count()
-        );
-        for p in Phase::ALL {
-            if c.get(p) > 0 {
-                println!("  {:<12} {}", format!("{p:?}").to_lowercase(), c.get(p));
-            }
+        let end = args.until_seq.map_or(last, |n| n.min(last));
+        let snapshot = if args.from_snapshot || args.verify {
+            let from = replay::from_snapshot(&store, end, until).await?;
+            replay::print(&from, last);
+            Some(from)
+        } else {
+            None
+        };
+        if args.from_snapshot {
+            return Ok(());
         }
-        println!(
-            "replayed in {secs:.2} s ({:.0} events/s)",
-            state.applied() as f64 / secs.max(1e-9)
-        );
-        println!("state_hash: {}", state.state_hash());
-        Ok(())
+        let zero = replay::from_zero(&store, until).await?;
+        replay::print(&zero, last);
+        match snapshot {
+            Some(from) => replay::verify(&from, &zero),
+            None => Ok(()),
+        }
     })
 }

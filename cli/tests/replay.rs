@@ -21,8 +21,8 @@ fn state_hash_line(out: &std::process::Output) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replay_from_postgres_matches_the_live_hash() {
+/// The demo simulation run, and a database holding its log.
+async fn logged_demo() -> (String, Vec<gpusched_events::Event>, TestDb) {
     let cluster = Cluster::demo();
     let workload = gpusched_sim::workload::demo(&cluster.tenants);
     let opts = SimOptions {
@@ -46,7 +46,12 @@ async fn replay_from_postgres_matches_the_live_hash() {
         let batch: Vec<NewEvent> = batch.iter().cloned().map(NewEvent::new).collect();
         db.store.append(&batch, &lease.fence()).await.unwrap();
     }
+    (live, log, db)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_from_postgres_matches_the_live_hash() {
+    let (live, log, db) = logged_demo().await;
     let bin = env!("CARGO_BIN_EXE_gpusched");
     let out = Command::new(bin)
         .args(["replay", "--database-url", &db.url])
@@ -80,4 +85,66 @@ fn replay_names_a_bad_time() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--until-time"), "{err}");
+}
+
+/// Runs `gpusched replay` with `args` on the database at `url`.
+fn replay_cli(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gpusched"))
+        .args(["replay", "--database-url", url])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_from_a_snapshot_is_the_replay_from_zero() {
+    let (live, log, db) = logged_demo().await;
+    let (early, late) = (log.len() / 3, 2 * log.len() / 3);
+    for at in [early, late] {
+        let state = replay(&log[..at]).unwrap();
+        let body = gpusched_core::snapshot::encode(&state, at as u64);
+        db.store.save_snapshot(&body, "test").await.unwrap();
+    }
+
+    let out = replay_cli(&db.url, &["--from-snapshot"]);
+    assert_eq!(state_hash_line(&out), live);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("from snapshot at {late} ")),
+        "{text}"
+    );
+
+    // Up to a sequence before the newest snapshot: the older one is used.
+    let half = log.len() / 2;
+    let out = replay_cli(
+        &db.url,
+        &["--from-snapshot", "--until-seq", &half.to_string()],
+    );
+    assert_eq!(
+        state_hash_line(&out),
+        replay(&log[..half]).unwrap().state_hash()
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("from snapshot at {early} ")));
+
+    let out = replay_cli(&db.url, &["--verify"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("verified: both replays give the same state")
+    );
+
+    // A snapshot that passes its own checks but lies about its sequence
+    // (it lacks the 20 events before it) is caught by --verify.
+    let liar = gpusched_core::snapshot::encode(&replay(&log[..late]).unwrap(), late as u64 + 20);
+    db.store.save_snapshot(&liar, "test").await.unwrap();
+    let out = replay_cli(&db.url, &["--verify"]);
+    assert!(!out.status.success(), "a wrong snapshot must fail --verify");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("differs from the replay from the first event"),
+        "{err}"
+    );
 }

@@ -168,6 +168,18 @@ impl Decider for RelayDecider {
         }
     }
 
+    /// Where every placed job runs, and every node's orders to send again.
+    fn resume(&mut self, state: &State) {
+        for j in state.jobs() {
+            if !j.assignments.is_empty() {
+                self.job_nodes
+                    .insert(j.id, j.assignments.iter().map(|a| a.node).collect());
+            }
+        }
+        self.dirty
+            .extend((0..state.nodes().len()).map(|i| NodeId(i as u32)));
+    }
+
     fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event> {
         let statuses: Vec<NodeStatus> = match self.inbox.lock() {
             Ok(mut q) => std::mem::take(&mut *q).into_values().collect(),
@@ -259,4 +271,40 @@ pub async fn serve_relay(
     let _ = statuses.await;
     let _ = outbox.await;
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulated::tests::bound_and_running;
+
+    fn relay() -> (RelayDecider, mpsc::UnboundedReceiver<(String, NodeOrders)>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let d = RelayDecider::new(
+            RelayConfig::default(),
+            Timestamp(0),
+            Inbox::default(),
+            tx,
+            Arc::default(),
+        );
+        (d, rx)
+    }
+
+    #[test]
+    fn resuming_from_a_state_knows_what_observing_its_log_would() {
+        let (events, state, _) = bound_and_running();
+        let (mut observed, _rx) = relay();
+        let mut replay = State::new();
+        for e in &events {
+            let ok = replay.apply(e).is_ok();
+            observed.observe(&replay, 0, e, ok);
+        }
+        let (mut resumed, _rx) = relay();
+        resumed.resume(&state);
+        // The nodes whose orders go out next, and where each job runs.
+        assert_eq!(observed.dirty.len(), 2);
+        assert_eq!(observed.dirty, resumed.dirty);
+        assert_eq!(observed.job_nodes.len(), 2, "both jobs placed");
+        assert_eq!(observed.job_nodes, resumed.job_nodes);
+    }
 }

@@ -102,18 +102,23 @@ impl SimulatedAgent {
 
     fn on_victims(&mut self, state: &State, victims: &[gpusched_events::Victim], now: Timestamp) {
         for v in victims {
-            let Some(j) = state.job(v.job) else { continue };
-            let (Some(c), Some(started)) = (j.spec.checkpoint, j.started_at) else {
-                continue;
-            };
-            let done = now.0 + self.scaled(c.duration_s * 1000);
-            if done <= v.deadline.0 {
-                let progress = j.resume_progress_ms + now.millis_since(started);
-                self.timers.push(Reverse((
-                    Timestamp(done),
-                    Timer::Checkpoint(v.job, j.starts, progress),
-                )));
-            }
+            self.on_victim(state, v.job, v.deadline, now);
+        }
+    }
+
+    /// A victim checkpoints at once when it can finish before its deadline.
+    fn on_victim(&mut self, state: &State, job: JobId, deadline: Timestamp, now: Timestamp) {
+        let Some(j) = state.job(job) else { return };
+        let (Some(c), Some(started)) = (j.spec.checkpoint, j.started_at) else {
+            return;
+        };
+        let done = now.0 + self.scaled(c.duration_s * 1000);
+        if done <= deadline.0 {
+            let progress = j.resume_progress_ms + now.millis_since(started);
+            self.timers.push(Reverse((
+                Timestamp(done),
+                Timer::Checkpoint(job, j.starts, progress),
+            )));
         }
     }
 
@@ -216,6 +221,30 @@ impl Decider for SimulatedAgent {
         }
     }
 
+    /// The timers the events before a snapshot would have set: starts of
+    /// bound jobs, ends and checkpoints of running ones, the checkpoint of
+    /// each victim and the stop of each cancelled run.
+    fn resume(&mut self, state: &State) {
+        let now = wall_clock();
+        for j in state.jobs() {
+            match j.phase {
+                Phase::Bound => self.to_start.push(j.id),
+                Phase::Running | Phase::Preempting => {
+                    if let Some(at) = j.started_at {
+                        self.on_started(state, j.id, at);
+                    }
+                    if let Some((deadline, _)) = j.preempt {
+                        self.on_victim(state, j.id, deadline, now);
+                    }
+                    if j.cancel_requested.is_some() {
+                        self.on_cancel(state, j.id, now);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event> {
         let mut out = Vec::new();
         if !self.registered {
@@ -255,5 +284,117 @@ impl Decider for SimulatedAgent {
             return Some(Timestamp(0));
         }
         self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use gpusched_core::{run_cycle, CycleConfig, ScanMemo};
+    use gpusched_model::{CheckpointPolicy, FlavorQuota, JobSpec, TenantSpec};
+
+    /// The events of two bound jobs on two nodes, the first then started;
+    /// with the state after each.
+    pub(crate) fn bound_and_running() -> (Vec<Event>, State, Timestamp) {
+        let mut events = vec![Event::TenantConfigured {
+            spec: TenantSpec {
+                name: "ml".into(),
+                cohort: None,
+                weight: 1.0,
+                queueing: Default::default(),
+                quotas: vec![FlavorQuota {
+                    flavor: "h100".into(),
+                    nominal: 16,
+                    borrowing_limit: None,
+                    lending_limit: None,
+                }],
+                priority_preemption: true,
+            },
+        }];
+        for n in 0..2u32 {
+            events.push(Event::NodeAdded {
+                node: NodeId(n),
+                spec: NodeSpec {
+                    name: format!("n{n}"),
+                    flavor: "h100".into(),
+                    gpus: 8,
+                    path: vec!["r0".into(), "b0".into()],
+                },
+                at: Timestamp(1_000),
+            });
+        }
+        for j in 1..=2u64 {
+            events.push(Event::JobSubmitted {
+                job: JobId(j),
+                spec: JobSpec {
+                    tenant: "ml".into(),
+                    priority: 0,
+                    workers: 1,
+                    gpus_per_worker: 8,
+                    flavors: vec![],
+                    topology: "node".into(),
+                    preemptible: true,
+                    checkpoint: Some(CheckpointPolicy {
+                        interval_s: 10,
+                        duration_s: 1,
+                    }),
+                    max_runtime_s: Some(60),
+                    command: vec![],
+                    env: Default::default(),
+                    working_dir: None,
+                    checkpoint_signal: None,
+                },
+                at: Timestamp(2_000),
+            });
+        }
+        let mut state = State::new();
+        for e in &events {
+            state.apply(e).expect("applies");
+        }
+        let now = Timestamp(3_000);
+        let mut memo = ScanMemo::default();
+        for _ in 0..4 {
+            let out = run_cycle(&mut state, &mut memo, &CycleConfig::default(), now)
+                .expect("decisions apply");
+            events.extend(out.events);
+        }
+        let started = Event::JobStarted {
+            job: JobId(1),
+            at: now,
+        };
+        state.apply(&started).expect("starts");
+        events.push(started);
+        (events, state, now)
+    }
+
+    fn agent() -> SimulatedAgent {
+        SimulatedAgent::new(AgentConfig {
+            nodes: vec![],
+            time_scale: 1.0,
+            default_runtime_s: 60,
+        })
+    }
+
+    #[test]
+    fn resuming_from_a_state_plays_what_observing_its_log_would() {
+        let (events, state, now) = bound_and_running();
+        assert_eq!(state.job(JobId(2)).map(|j| j.phase), Some(Phase::Bound));
+        let mut observed = agent();
+        let mut replay = State::new();
+        for e in &events {
+            let ok = replay.apply(e).is_ok();
+            observed.observe(&replay, 0, e, ok);
+        }
+        let mut resumed = agent();
+        resumed.resume(&state);
+        // The start of the bound job, a checkpoint, the end of the run.
+        for at in [now.0 + 1, now.0 + 11_000, now.0 + 60_001] {
+            let (a, b) = (
+                observed.decide(&state, Timestamp(at)),
+                resumed.decide(&state, Timestamp(at)),
+            );
+            assert!(!a.is_empty(), "something falls due at {at}");
+            assert_eq!(a, b, "at {at}");
+        }
     }
 }

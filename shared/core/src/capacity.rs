@@ -14,6 +14,7 @@
 use gpusched_events::Assignment;
 use gpusched_model::{Gpus, NodeId};
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 /// Index of a flavor in the state's flavor table.
@@ -22,7 +23,7 @@ pub type FlavorIdx = u16;
 pub type DomainIdx = u32;
 
 /// One topology domain of one flavor.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Domain {
     /// The flavor every node in it has.
     pub flavor: FlavorIdx,
@@ -86,7 +87,7 @@ fn grow<T: Clone + Default>(v: &mut Vec<T>, len: usize) {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 struct NodeEntry {
     flavor: FlavorIdx,
     gpus: Gpus,
@@ -100,10 +101,11 @@ struct NodeEntry {
 }
 
 /// Free and total GPUs per flavor and domain.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 pub struct CapacityIndex {
     named_levels: usize,
     domains: Vec<Domain>,
+    #[serde(with = "crate::snapshot::sorted_map")]
     domain_by_key: FxHashMap<(FlavorIdx, u8, String), DomainIdx>,
     /// `[flavor][level]`: (free, domain), ascending.
     by_free: Vec<Vec<BTreeSet<(Gpus, DomainIdx)>>>,

@@ -19,6 +19,7 @@ pub mod placement;
 pub mod preemption;
 pub mod quota;
 pub mod recovery;
+pub mod snapshot;
 pub mod state;
 
 pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};

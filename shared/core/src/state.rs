@@ -17,7 +17,7 @@ use gpusched_model::{
     LEVEL_NODE,
 };
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +27,7 @@ pub type TenantIdx = u32;
 pub type CohortIdx = u32;
 
 /// Where a job is in its life (docs/architecture.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Submitted, not yet validated.
@@ -90,7 +90,7 @@ impl Phase {
 }
 
 /// A job's place in a queue: priority first, then order of arrival.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct QueueKey {
     /// Higher priority sorts first.
     pub priority: Reverse<i32>,
@@ -101,11 +101,12 @@ pub struct QueueKey {
 }
 
 /// A job as the scheduler knows it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     /// Its id.
     pub id: JobId,
     /// What was asked.
+    #[serde(with = "crate::snapshot::spec")]
     pub spec: JobSpec,
     /// Where it is.
     pub phase: Phase,
@@ -140,8 +141,10 @@ pub struct Job {
     /// GPU-milliseconds of work lost to requeues.
     pub lost_gpu_ms: u64,
     /// The last reason a stage gave for not moving it on.
+    #[serde(with = "crate::snapshot::json")]
     pub last_reason: Option<PendingReason>,
     /// Why it was rejected.
+    #[serde(with = "crate::snapshot::json")]
     pub rejection: Option<RejectReason>,
     /// Its last complete checkpoint, kept across runs.
     pub last_checkpoint: Option<Checkpoint>,
@@ -176,7 +179,7 @@ pub fn worker_nodes(assignments: &[Assignment], gpus_per_worker: Gpus) -> Vec<No
 }
 
 /// A complete checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Work it captures, ms.
     pub progress_ms: u64,
@@ -189,7 +192,7 @@ pub struct Checkpoint {
 }
 
 /// Nodes held for a job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reservation {
     /// GPUs held per node.
     pub assignments: Vec<Assignment>,
@@ -250,7 +253,7 @@ impl Job {
 }
 
 /// A node's scheduling status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeStatus {
     /// Takes work.
@@ -264,7 +267,7 @@ pub enum NodeStatus {
 }
 
 /// A node as the scheduler knows it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
     /// What the agent reported.
     pub spec: NodeSpec,
@@ -279,7 +282,7 @@ pub struct Node {
 }
 
 /// A tenant's quota in one flavor, resolved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quota {
     /// Nominal GPUs.
     pub nominal: Gpus,
@@ -297,7 +300,7 @@ impl Quota {
 }
 
 /// A tenant: its configuration, queue and usage.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tenant {
     /// Its configuration.
     pub spec: TenantSpec,
@@ -331,7 +334,7 @@ impl Tenant {
 }
 
 /// Tenants sharing their lendable quota.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cohort {
     /// Its name.
     pub name: String,
@@ -445,7 +448,7 @@ pub enum ApplyError {
 type VictimIndex = BTreeSet<(Reverse<Timestamp>, JobId)>;
 
 /// Counts of jobs per phase.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhaseCounts([u64; 10]);
 
 impl PhaseCounts {
@@ -462,19 +465,24 @@ impl PhaseCounts {
 }
 
 /// Everything the scheduler knows, built only by `apply`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 pub struct State {
     applied: u64,
     levels: Vec<String>,
     flavors: Vec<String>,
+    #[serde(with = "crate::snapshot::sorted_map")]
     flavor_by_name: FxHashMap<String, FlavorIdx>,
     capacity: CapacityIndex,
     nodes: Vec<Node>,
+    #[serde(with = "crate::snapshot::sorted_map")]
     node_by_name: FxHashMap<String, NodeId>,
     tenants: Vec<Tenant>,
+    #[serde(with = "crate::snapshot::sorted_map")]
     tenant_by_name: FxHashMap<String, TenantIdx>,
     cohorts: Vec<Cohort>,
+    #[serde(with = "crate::snapshot::sorted_map")]
     cohort_by_name: FxHashMap<String, CohortIdx>,
+    #[serde(with = "crate::snapshot::sorted_map")]
     jobs: FxHashMap<JobId, Job>,
     awaiting: BTreeSet<(u64, JobId)>,
     unplaced: Vec<BTreeSet<QueueKey>>,

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{job, tenant, Driver};
-use gpusched_core::{run_cycle, CycleConfig, NodeStatus, Phase, ScanMemo, State};
+use gpusched_core::{run_cycle, snapshot, CycleConfig, NodeStatus, Phase, ScanMemo, State};
 use gpusched_events::{Event, Outcome};
 use gpusched_model::{JobId, NodeId};
 use proptest::prelude::*;
@@ -433,6 +433,62 @@ fn check_replay(d: &Driver, checkpoints: &[(usize, String)]) -> Result<(), TestC
     Ok(())
 }
 
+/// Replays `log[..cut]`, takes a snapshot there, reads it back and folds
+/// the rest: it must be the replay from zero, byte for byte (every index
+/// included), and decide the same next cycle.
+fn check_snapshot_at(d: &Driver, cut: usize) -> Result<(), TestCaseError> {
+    let mut head = State::new();
+    for e in &d.log[..cut] {
+        prop_assert!(head.apply(e).is_ok());
+    }
+    let bytes = snapshot::encode(&head, cut as u64);
+    let snap = snapshot::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    prop_assert_eq!(snap.seq, cut as u64);
+    prop_assert!(
+        snap.state == head,
+        "the state read back differs from the one written at {}",
+        cut
+    );
+    prop_assert_eq!(
+        next_decisions(&head, d),
+        next_decisions(&snap.state, d),
+        "a state read from its snapshot decides otherwise at {}",
+        cut
+    );
+    let mut resumed = snap.state;
+    for e in &d.log[cut..] {
+        prop_assert!(resumed.apply(e).is_ok());
+    }
+    let replayed = d.replay();
+    let end = d.log.len() as u64;
+    prop_assert_eq!(resumed.state_hash(), replayed.state_hash());
+    prop_assert!(
+        resumed == replayed,
+        "snapshot at {} + tail differs from the replay",
+        cut
+    );
+    prop_assert!(
+        snapshot::encode(&resumed, end) == snapshot::encode(&replayed, end),
+        "snapshot at {} + tail differs from the replay",
+        cut
+    );
+    prop_assert_eq!(
+        next_decisions(&resumed, d),
+        next_decisions(&replayed, d),
+        "decisions differ after a snapshot at {}",
+        cut
+    );
+    Ok(())
+}
+
+/// What a cycle would decide now over a copy of `state`.
+fn next_decisions(state: &State, d: &Driver) -> Option<Vec<Event>> {
+    let mut s = state.clone();
+    run_cycle(&mut s, &mut ScanMemo::default(), &d.cfg, d.now)
+        .ok()
+        .map(|o| o.events)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: std::env::var("GPUSCHED_PROP_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64), ..ProptestConfig::default() })]
 
@@ -485,6 +541,23 @@ proptest! {
                 continue;
             }
             prop_assert_eq!(job.phase, Phase::Succeeded, "job {} stuck: {:?}", j, job.last_reason);
+        }
+    }
+
+    /// Snapshots: a snapshot at a random cut of a recorded log, plus the
+    /// tail, is the replay from zero (same bytes, same hash, same next
+    /// decisions).
+    #[test]
+    fn a_snapshot_at_any_cut_plus_the_tail_is_the_replay(
+        c in cluster_gen(),
+        tenants in proptest::collection::vec(tenant_gen(), 1..=4),
+        cfg in config_gen(),
+        ops in proptest::collection::vec(op_gen(), 1..120),
+        cuts in proptest::collection::vec(0.0f64..=1.0, 1..4),
+    ) {
+        let (d, _) = run(&c, &tenants, cfg, &ops);
+        for f in cuts {
+            check_snapshot_at(&d, (f * d.log.len() as f64) as usize)?;
         }
     }
 }

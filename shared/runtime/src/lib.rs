@@ -21,6 +21,7 @@ mod log;
 mod projection;
 mod service;
 mod shell;
+mod snapshots;
 mod stage;
 mod stats;
 mod telemetry;
@@ -37,6 +38,7 @@ pub use shell::{
     init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, Connections, CycleArgs,
     StackArgs,
 };
+pub use snapshots::{load_newest, Loaded, SnapshotPolicy, Writer, Written};
 pub use stage::DEGRADED_POLL;
 pub use stats::{
     cycle_bucket, cycle_bucket_upper_us, histogram_quantile_us, spawn_stats_writer, CycleHistogram,

@@ -12,8 +12,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::Utc;
+use gpusched_core::snapshot;
 use gpusched_events::Event;
-use gpusched_store::{AppendOutcome, EventStore, Fence, Lease, NewEvent, Result, StoreError};
+use gpusched_store::{
+    AppendOutcome, EventStore, Fence, Found, Lease, NewEvent, Result, SkipReason, Skipped,
+    SnapshotInfo, StoreError,
+};
 
 /// An event with its place in the log.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,6 +147,41 @@ impl Log {
         }
     }
 
+    /// Saves an encoded snapshot (once per sequence) and prunes all but the
+    /// newest `keep`; returns whether this call wrote it.
+    pub async fn save_snapshot(&self, body: &[u8], taken_by: &str, keep: usize) -> Result<bool> {
+        match self {
+            Log::Postgres(s) => {
+                let written = s.save_snapshot(body, taken_by).await?;
+                s.prune_snapshots(keep).await?;
+                Ok(written)
+            }
+            Log::Memory(m) => m.save_snapshot(body, keep),
+        }
+    }
+
+    /// The sequence of the newest snapshot of this build's format (0: none).
+    pub async fn newest_snapshot_seq(&self) -> Result<u64> {
+        match self {
+            Log::Postgres(s) => Ok(s
+                .snapshots()
+                .await?
+                .iter()
+                .find(|i| i.format == snapshot::FORMAT)
+                .map_or(0, |i| i.seq)),
+            Log::Memory(m) => Ok(m.lock().snapshots.keys().next_back().copied().unwrap_or(0)),
+        }
+    }
+
+    /// The newest snapshot at or before `log_end` that passes every check,
+    /// and the newer ones passed over (see `EventStore::newest_snapshot`).
+    pub async fn newest_snapshot(&self, log_end: u64) -> Result<Found> {
+        match self {
+            Log::Postgres(s) => s.newest_snapshot(log_end).await,
+            Log::Memory(m) => Ok(m.newest_snapshot(log_end)),
+        }
+    }
+
     /// A session for the lease of `service`/`partition`: how a
     /// [`crate::Leader`] takes, keeps and gives back its lease.
     pub fn lease_session(&self, service: &str, partition: &str) -> LogLeaseSession {
@@ -220,6 +259,8 @@ struct MemInner {
     keys: HashMap<String, u64>,
     leases: HashMap<(String, String), Lease>,
     next_job_id: u64,
+    /// Encoded snapshots, with when they were saved, by sequence.
+    snapshots: std::collections::BTreeMap<u64, (Vec<u8>, chrono::DateTime<Utc>)>,
 }
 
 /// The embedded in-memory log (module docs).
@@ -315,6 +356,49 @@ impl MemLog {
             duplicates: batch.len() as u64 - appended,
             seqs,
         })
+    }
+
+    fn save_snapshot(&self, body: &[u8], keep: usize) -> Result<bool> {
+        let h = snapshot::header(body).map_err(StoreError::Snapshot)?;
+        let mut g = self.lock();
+        let written = !g.snapshots.contains_key(&h.seq);
+        g.snapshots
+            .entry(h.seq)
+            .or_insert_with(|| (body.to_vec(), Utc::now()));
+        while g.snapshots.len() > keep.max(1) {
+            g.snapshots.pop_first();
+        }
+        Ok(written)
+    }
+
+    fn newest_snapshot(&self, log_end: u64) -> Found {
+        let g = self.lock();
+        let mut found = Found::default();
+        for (&seq, (body, taken_at)) in g.snapshots.iter().rev() {
+            if seq > log_end {
+                found.skipped.push(Skipped {
+                    seq,
+                    why: SkipReason::PastLogEnd { seq, log_end },
+                });
+                continue;
+            }
+            match snapshot::decode(body) {
+                Ok(snap) => {
+                    let info = SnapshotInfo {
+                        seq,
+                        format: snapshot::FORMAT,
+                        state_hash: snap.state.state_hash(),
+                        bytes: body.len() as u64,
+                        taken_by: "memory".to_string(),
+                        taken_at: *taken_at,
+                    };
+                    found.snapshot = Some((snap, info));
+                    return found;
+                }
+                Err(e) => found.skipped.push(Skipped { seq, why: e.into() }),
+            }
+        }
+        found
     }
 
     fn read_from(&self, after: u64, limit: usize) -> Vec<LoggedEvent> {

@@ -46,6 +46,16 @@ impl Projection {
         }
     }
 
+    /// A projection at `seq` with `state`, the log folded up to it (a
+    /// checked snapshot).
+    pub fn at(state: State, seq: u64) -> Self {
+        Projection {
+            state,
+            seq,
+            ..Default::default()
+        }
+    }
+
     /// Folds the whole log as it stands.
     pub async fn rebuild(log: &Log, observe: &mut Observer<'_>) -> Result<Self> {
         let mut p = Projection::new();

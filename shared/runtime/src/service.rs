@@ -44,6 +44,12 @@ pub trait Decider: Send {
     /// with whether `apply` took it.
     fn observe(&mut self, _state: &State, _seq: u64, _event: &Event, _applied: bool) {}
 
+    /// Called once, before any `observe`, when the fold starts from a
+    /// snapshot instead of the log's first event: rebuild from `state`
+    /// whatever `observe` would have learned from the events before it.
+    /// A decider that keeps nothing from `observe` needs nothing here.
+    fn resume(&mut self, _state: &State) {}
+
     /// Decides at `now` over `state`. Every event returned must be of
     /// `producer()`'s kinds.
     fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event>;
@@ -72,6 +78,8 @@ pub struct ServiceConfig {
     pub gap_wait: Duration,
     /// Messages taken from the feed at once.
     pub feed_batch: usize,
+    /// When snapshots are written and read.
+    pub snapshots: crate::snapshots::SnapshotPolicy,
 }
 
 impl ServiceConfig {
@@ -85,6 +93,7 @@ impl ServiceConfig {
             tick: Duration::from_millis(500),
             gap_wait: Duration::from_millis(20),
             feed_batch: 512,
+            snapshots: Default::default(),
         }
     }
 
@@ -174,9 +183,19 @@ async fn standby<D: Decider>(
     let mut candidate = Candidate::new(log, &cfg.lease_spec());
     let mut warm = Warm::new(fresh);
     let mut folded = false;
+    let mut loaded = false;
     let taken = loop {
         if let Some(leader) = candidate.try_take().await {
             break Some(leader);
+        }
+        if !loaded {
+            // Only a standby that failed its first attempt folds: one that
+            // takes the lease at once starts its lead from a snapshot itself.
+            loaded = true;
+            tokio::select! {
+                _ = shutdown.cancelled() => break None,
+                _ = warm.load_snapshot(log, cfg, stats) => {}
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => break None,
@@ -191,6 +210,9 @@ async fn standby<D: Decider>(
     candidate.close().await;
     let leader = taken?;
     stats.takeovers.fetch_add(1, Ordering::Relaxed);
+    stats
+        .lease_unix_ms
+        .store(crate::clock::wall_clock().0, Ordering::Relaxed);
     info!(service = %cfg.service, epoch = leader.epoch(), holder = %cfg.holder, warm_seq = warm.proj.seq(), "lease taken");
     Some((leader, folded.then_some(warm)))
 }

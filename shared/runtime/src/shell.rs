@@ -47,6 +47,26 @@ pub struct StackArgs {
     /// on its --listen address.
     #[arg(long, env = "GPUSCHED_HEALTH_LISTEN")]
     pub health_listen: Option<std::net::SocketAddr>,
+    /// Deciding services: write a snapshot of the folded state after this
+    /// many events since the last one (0: never write snapshots).
+    #[arg(
+        long,
+        env = "GPUSCHED_SNAPSHOT_EVERY_EVENTS",
+        default_value_t = 100_000
+    )]
+    pub snapshot_every_events: u64,
+    /// Deciding services: write a snapshot after this many seconds since
+    /// the last one, when events came since.
+    #[arg(long, env = "GPUSCHED_SNAPSHOT_EVERY_S", default_value_t = 300.0)]
+    pub snapshot_every_s: f64,
+    /// Deciding services: snapshots kept; older ones are deleted (the log
+    /// never is).
+    #[arg(long, env = "GPUSCHED_SNAPSHOT_KEEP", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    pub snapshot_keep: u16,
+    /// Deciding services: start from the newest good snapshot (false: fold
+    /// the whole log at every start).
+    #[arg(long, env = "GPUSCHED_SNAPSHOT_LOAD", default_value_t = true, action = clap::ArgAction::Set)]
+    pub snapshot_load: bool,
 }
 
 /// Open connections to the log and the bus.
@@ -63,6 +83,19 @@ pub struct Connections {
 }
 
 impl StackArgs {
+    /// The snapshot flags as a policy.
+    pub fn snapshot_policy(&self) -> anyhow::Result<crate::snapshots::SnapshotPolicy> {
+        if !(self.snapshot_every_s > 0.0 && self.snapshot_every_s.is_finite()) {
+            anyhow::bail!("--snapshot-every-s: must be a positive number of seconds");
+        }
+        Ok(crate::snapshots::SnapshotPolicy {
+            every_events: self.snapshot_every_events,
+            every: Duration::from_secs_f64(self.snapshot_every_s),
+            keep: usize::from(self.snapshot_keep),
+            load: self.snapshot_load,
+        })
+    }
+
     /// Connects to Postgres (migrating if asked) and NATS.
     pub async fn connect(&self, service: &str) -> anyhow::Result<Connections> {
         use anyhow::Context;
@@ -189,10 +222,12 @@ where
     F: Fn() -> D,
 {
     let _telemetry = init_tracing(service);
+    let snapshots = stack.snapshot_policy()?;
     let conns = stack.connect(service).await?;
     let shutdown = shutdown_signal();
     let mut cfg = crate::service::ServiceConfig::new(service, &conns.instance);
     cfg.lease_ttl = conns.lease_ttl;
+    cfg.snapshots = snapshots;
     tracing::info!(service, instance = %conns.instance, "starting");
     let stats = std::sync::Arc::new(crate::stats::ServiceStats::default());
     // Stats leave the process only when asked (load tests, operators).

@@ -41,6 +41,7 @@ use crate::leader::{is_fenced, Leader};
 use crate::log::{Log, LoggedEvent};
 use crate::projection::Projection;
 use crate::service::{runs, Decider, ServiceConfig};
+use crate::snapshots::{load_newest, Writer};
 use crate::stats::ServiceStats;
 
 /// A read from the bus or log that takes this much longer than asked is
@@ -75,6 +76,35 @@ impl<D: Decider> Warm<D> {
             decider,
             last_own: 0,
         }
+    }
+
+    /// Starts a fold from nothing at the newest good snapshot instead, when
+    /// the policy allows and one exists; records what was loaded.
+    pub(crate) async fn load_snapshot(
+        &mut self,
+        log: &Log,
+        cfg: &ServiceConfig,
+        stats: &ServiceStats,
+    ) {
+        stats.snapshot_seq.store(0, Ordering::Relaxed);
+        if !cfg.snapshots.load || self.proj.seq() > 0 {
+            return;
+        }
+        let Some((snap, loaded)) = load_newest(log, &cfg.service).await else {
+            return;
+        };
+        self.decider.resume(&snap.state);
+        self.proj = Projection::at(snap.state, snap.seq);
+        // This producer's events up to the snapshot are not known one by
+        // one: the relay reads the log back when the bus lacks any of them.
+        self.last_own = snap.seq;
+        stats.snapshot_seq.store(loaded.seq, Ordering::Relaxed);
+        stats
+            .snapshot_age_ms
+            .store(loaded.age_ms, Ordering::Relaxed);
+        stats
+            .snapshot_load_ms
+            .store(loaded.load_ms, Ordering::Relaxed);
     }
 
     /// Folds the log from the fold's position up to `upto` (`u64::MAX`:
@@ -153,6 +183,7 @@ pub(crate) async fn lead<D: Decider>(
         if stage.should_decide() && stage.cycle(leader).await? == Cycle::Fenced {
             return Ok(Step::StepDown);
         }
+        stage.snapshot_tick();
     }
 }
 
@@ -195,6 +226,7 @@ struct Stage<'a, D> {
     /// The trace context of the latest batch received: the next cycle's
     /// span continues that trace.
     remote_parent: Option<String>,
+    snapshots: Writer,
 }
 
 impl<'a, D: Decider> Stage<'a, D> {
@@ -216,9 +248,14 @@ impl<'a, D: Decider> Stage<'a, D> {
         let published = last_published(bus, producer, &cfg.service).await;
         let started = Instant::now();
         let (proj, decider, unpublished, folded) = match start {
-            Start::Cold(decider) => rebuild(log, decider, producer, published).await?,
-            Start::Warm(warm) => catch_up(log, *warm, producer, published).await?,
+            Start::Cold(decider) => {
+                let mut warm = Warm::new(decider);
+                warm.load_snapshot(log, cfg, stats).await;
+                rebuild(log, warm, producer, published, stats).await?
+            }
+            Start::Warm(warm) => catch_up(log, *warm, producer, published, stats).await?,
         };
+        stats.first_append_unix_ms.store(0, Ordering::Relaxed);
         stats
             .takeover_folded
             .store(folded as u64, Ordering::Relaxed);
@@ -247,6 +284,12 @@ impl<'a, D: Decider> Stage<'a, D> {
             last_decide: Instant::now() - cfg.tick,
             dirty: true,
             remote_parent: None,
+            snapshots: Writer::new(
+                cfg.snapshots,
+                &cfg.service,
+                &cfg.holder,
+                stats.snapshot_seq.load(Ordering::Relaxed),
+            ),
         })
     }
 
@@ -413,6 +456,23 @@ impl<'a, D: Decider> Stage<'a, D> {
             .store(self.proj.superseded(), Ordering::Relaxed);
     }
 
+    /// Moves the snapshot writer on (between cycles: the state is the log
+    /// folded up to the projection's sequence).
+    fn snapshot_tick(&mut self) {
+        let Some(w) = self
+            .snapshots
+            .tick(self.log, self.proj.state(), self.proj.seq())
+        else {
+            return;
+        };
+        let s = self.stats;
+        s.snapshots_written.fetch_add(1, Ordering::Relaxed);
+        s.snapshot_written_seq.store(w.seq, Ordering::Relaxed);
+        s.snapshot_bytes.store(w.bytes, Ordering::Relaxed);
+        s.snapshot_copy_us_max
+            .fetch_max(w.copy_us, Ordering::Relaxed);
+    }
+
     /// Whether to decide now: never behind a known gap; otherwise on new
     /// input, a due timer, or a tick.
     fn should_decide(&self) -> bool {
@@ -457,6 +517,12 @@ impl<'a, D: Decider> Stage<'a, D> {
             .appended
             .fetch_add(out.appended, Ordering::Relaxed);
         self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        let _ = self.stats.first_append_unix_ms.compare_exchange(
+            0,
+            wall_clock().0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         debug!(service = %self.cfg.service, first, last, "appended");
         let batch = Arc::new(self.batch(first, events));
         span.in_scope(|| publish_in_background(self.bus, batch.clone()));
@@ -499,12 +565,25 @@ impl<'a, D: Decider> Stage<'a, D> {
 /// `producer` after `published` (to relay) and the count folded.
 async fn rebuild<D: Decider>(
     log: &Log,
-    mut decider: D,
+    warm: Warm<D>,
     producer: Producer,
     published: u64,
+    stats: &ServiceStats,
 ) -> anyhow::Result<(Projection, D, Vec<LoggedEvent>, usize)> {
-    let mut unpublished: Vec<LoggedEvent> = Vec::new();
-    let proj = {
+    let started = Instant::now();
+    let Warm {
+        mut proj,
+        mut decider,
+        ..
+    } = warm;
+    // Own events inside a snapshot are read back only when the bus lacks
+    // some of them; those folded now are noted as they go by.
+    let mut unpublished = if published < proj.seq() {
+        own_events(log, producer, published, proj.seq()).await?
+    } else {
+        Vec::new()
+    };
+    let folded = {
         let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| {
             if seq > published && e.producer() == producer {
                 unpublished.push(LoggedEvent {
@@ -514,9 +593,11 @@ async fn rebuild<D: Decider>(
             }
             decider.observe(s, seq, e, ok);
         };
-        Projection::rebuild(log, &mut obs).await?
+        proj.catch_up(log, u64::MAX, &mut obs).await?
     };
-    let folded = usize::try_from(proj.seq()).unwrap_or(usize::MAX);
+    stats
+        .fold_ms
+        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     Ok((proj, decider, unpublished, folded))
 }
 
@@ -529,8 +610,13 @@ async fn catch_up<D: Decider>(
     mut warm: Warm<D>,
     producer: Producer,
     published: u64,
+    stats: &ServiceStats,
 ) -> anyhow::Result<(Projection, D, Vec<LoggedEvent>, usize)> {
+    let started = Instant::now();
     let folded = warm.catch_up(log, u64::MAX).await?;
+    stats
+        .fold_ms
+        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
     let unpublished = if published < warm.last_own {
         own_events(log, producer, published, warm.proj.seq()).await?
     } else {

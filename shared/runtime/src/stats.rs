@@ -133,6 +133,26 @@ pub struct ServiceStats {
     /// (a lead that ended on a log error, a standby that could not read
     /// it), until a call succeeds again.
     pub log_down: AtomicU64,
+    /// When this instance last took the lease, Unix milliseconds.
+    pub lease_unix_ms: AtomicU64,
+    /// The snapshot the last start loaded: its sequence (0: none, the whole log was folded).
+    pub snapshot_seq: AtomicU64,
+    /// How old that snapshot was when loaded, milliseconds.
+    pub snapshot_age_ms: AtomicU64,
+    /// How long reading and checking it took, milliseconds.
+    pub snapshot_load_ms: AtomicU64,
+    /// How long the last start folded the log after the snapshot (or from the first event), milliseconds.
+    pub fold_ms: AtomicU64,
+    /// When the current lead first appended, Unix milliseconds (0: not yet).
+    pub first_append_unix_ms: AtomicU64,
+    /// Snapshots this instance wrote.
+    pub snapshots_written: AtomicU64,
+    /// The sequence of the last snapshot this instance wrote.
+    pub snapshot_written_seq: AtomicU64,
+    /// The size of the last snapshot this instance wrote.
+    pub snapshot_bytes: AtomicU64,
+    /// The longest the loop was held to copy the state for a snapshot, microseconds.
+    pub snapshot_copy_us_max: AtomicU64,
 }
 
 impl ServiceStats {
@@ -195,6 +215,36 @@ pub struct StatsSnapshot {
     /// Whether the event log is unreachable (see [`ServiceStats`]).
     #[serde(default)]
     pub log_down: bool,
+    /// When this instance last took the lease, Unix milliseconds.
+    #[serde(default)]
+    pub lease_unix_ms: u64,
+    /// The snapshot the last start loaded: its sequence (0: none, the whole log was folded).
+    #[serde(default)]
+    pub snapshot_seq: u64,
+    /// How old that snapshot was when loaded, milliseconds.
+    #[serde(default)]
+    pub snapshot_age_ms: u64,
+    /// How long reading and checking it took, milliseconds.
+    #[serde(default)]
+    pub snapshot_load_ms: u64,
+    /// How long the last start folded the log after the snapshot (or from the first event), milliseconds.
+    #[serde(default)]
+    pub fold_ms: u64,
+    /// When the current lead first appended, Unix milliseconds (0: not yet).
+    #[serde(default)]
+    pub first_append_unix_ms: u64,
+    /// Snapshots this instance wrote.
+    #[serde(default)]
+    pub snapshots_written: u64,
+    /// The sequence of the last snapshot this instance wrote.
+    #[serde(default)]
+    pub snapshot_written_seq: u64,
+    /// The size of the last snapshot this instance wrote.
+    #[serde(default)]
+    pub snapshot_bytes: u64,
+    /// The longest the loop was held to copy the state for a snapshot, microseconds.
+    #[serde(default)]
+    pub snapshot_copy_us_max: u64,
 }
 
 impl StatsSnapshot {
@@ -223,6 +273,16 @@ impl StatsSnapshot {
             bus_down: l(&stats.bus_down) == 1,
             takeover_folded: l(&stats.takeover_folded),
             log_down: l(&stats.log_down) == 1,
+            lease_unix_ms: l(&stats.lease_unix_ms),
+            snapshot_seq: l(&stats.snapshot_seq),
+            snapshot_age_ms: l(&stats.snapshot_age_ms),
+            snapshot_load_ms: l(&stats.snapshot_load_ms),
+            fold_ms: l(&stats.fold_ms),
+            first_append_unix_ms: l(&stats.first_append_unix_ms),
+            snapshots_written: l(&stats.snapshots_written),
+            snapshot_written_seq: l(&stats.snapshot_written_seq),
+            snapshot_bytes: l(&stats.snapshot_bytes),
+            snapshot_copy_us_max: l(&stats.snapshot_copy_us_max),
         }
     }
 }

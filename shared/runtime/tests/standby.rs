@@ -6,13 +6,10 @@
 mod common;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::stage::{decisions, submit, Admission};
-use gpusched_runtime::{run_service, Bus, Log, MemLog, ServiceConfig, ServiceStats};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use common::stage::{decisions, submit, Instance};
+use gpusched_runtime::{Bus, Log, MemLog};
 
 async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -22,41 +19,16 @@ async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     }
 }
 
-struct Instance {
-    stats: Arc<ServiceStats>,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
-}
-
-fn start(log: &Log, bus: &Bus, holder: &str) -> Instance {
-    let mut cfg = ServiceConfig::new("admission", holder);
-    cfg.lease_ttl = Duration::from_millis(1000);
-    let (stats, shutdown) = (Arc::new(ServiceStats::default()), CancellationToken::new());
-    let task = tokio::spawn(run_service(
-        log.clone(),
-        bus.clone(),
-        cfg,
-        || Admission,
-        shutdown.clone(),
-        stats.clone(),
-    ));
-    Instance {
-        stats,
-        shutdown,
-        task,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_folds_while_it_waits_and_takes_over_from_there() {
     let log = Log::Memory(MemLog::new());
     let bus = Bus::memory();
-    let a = start(&log, &bus, "a");
+    let a = Instance::start(&log, &bus, "a", |_| {});
     wait_until("a leads", async || {
         a.stats.leading_epoch.load(Ordering::Relaxed) > 0
     })
     .await;
-    let b = start(&log, &bus, "b");
+    let b = Instance::start(&log, &bus, "b", |_| {});
 
     for round in 0..10 {
         submit(&log, 1 + round * 200, 200).await;
@@ -75,8 +47,7 @@ async fn a_standby_folds_while_it_waits_and_takes_over_from_there() {
     assert_eq!(b.stats.leading_epoch.load(Ordering::Relaxed), 0);
 
     // The leader goes; more work arrives as the standby takes over.
-    a.shutdown.cancel();
-    a.task.await.unwrap().unwrap();
+    a.stop().await;
     submit(&log, 2001, 10).await;
     wait_until("b decided the new jobs", async || {
         decisions(&log).await.len() == 2010
@@ -91,6 +62,5 @@ async fn a_standby_folds_while_it_waits_and_takes_over_from_there() {
     let d = decisions(&log).await;
     assert!(d.values().all(|&n| n == 1), "each job decided once");
 
-    b.shutdown.cancel();
-    b.task.await.unwrap().unwrap();
+    b.stop().await;
 }

@@ -54,6 +54,9 @@ pub enum StoreError {
         /// The ttl asked, ms.
         ttl_ms: u128,
     },
+    /// Bytes given as a snapshot are not one.
+    #[error("snapshot: {0}")]
+    Snapshot(#[source] gpusched_core::snapshot::SnapshotError),
     /// An event could not be encoded as JSON.
     #[error("payload: cannot encode {kind} event: {source}")]
     Encode {

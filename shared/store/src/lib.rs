@@ -2,7 +2,7 @@
 //! that make one instance per partition the only writer (docs/architecture.md,
 //! "Services: one log, many writers").
 //!
-//! Owns: the `events` and `leases` tables and their migrations
+//! Owns: the `events`, `leases` and `snapshots` tables and their migrations
 //! (`migrations/` at the workspace root, embedded), batched fenced appends,
 //! reads in sequence order, and replay through `State::apply`.
 //!
@@ -43,12 +43,14 @@ mod error;
 mod lease;
 mod lease_session;
 mod meta;
+mod snapshots;
 pub mod testing;
 
 pub use error::{Outage, Result, StoreError};
 pub use lease::{Fence, Lease};
 pub use lease_session::LeaseSession;
 pub use meta::{aggregate_of, producer_name, AggregateKind};
+pub use snapshots::{Found, SkipReason, Skipped, SnapshotInfo};
 
 use chrono::{DateTime, Utc};
 use gpusched_core::State;

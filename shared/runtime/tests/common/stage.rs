@@ -9,8 +9,14 @@ use std::time::{Duration, Instant};
 use gpusched_core::{admission, State};
 use gpusched_events::{Event, Producer};
 use gpusched_model::{JobId, JobSpec, Timestamp};
-use gpusched_runtime::{Decider, Leader, LeaseSpec, Log};
+use std::sync::Arc;
+
+use gpusched_runtime::{
+    run_service, Bus, Decider, Leader, LeaseSpec, Log, ServiceConfig, ServiceStats,
+};
 use gpusched_store::NewEvent;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The admission stage, as the admission service runs it.
 pub struct Admission;
@@ -88,5 +94,47 @@ pub async fn wait_decided(log: &Log, n: usize) -> HashMap<u64, u32> {
             return d;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An admission service instance running in this process.
+pub struct Instance {
+    pub stats: Arc<ServiceStats>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Instance {
+    /// Starts one as `holder` (lease TTL 1 s), with `tune` applied to its
+    /// configuration.
+    pub fn start(
+        log: &Log,
+        bus: &Bus,
+        holder: &str,
+        tune: impl FnOnce(&mut ServiceConfig),
+    ) -> Self {
+        let mut cfg = ServiceConfig::new("admission", holder);
+        cfg.lease_ttl = Duration::from_millis(1000);
+        tune(&mut cfg);
+        let (stats, shutdown) = (Arc::new(ServiceStats::default()), CancellationToken::new());
+        let task = tokio::spawn(run_service(
+            log.clone(),
+            bus.clone(),
+            cfg,
+            || Admission,
+            shutdown.clone(),
+            stats.clone(),
+        ));
+        Instance {
+            stats,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Shuts it down; it must end cleanly.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.unwrap().unwrap();
     }
 }

@@ -1,0 +1,240 @@
+//! Snapshots for a deciding service: the newest good one loaded at a
+//! start, new ones written while leading.
+//!
+//! Owns: when to write (every N events, or every T seconds when anything
+//! was folded since), the copy of the state taken between two cycles, and
+//! encoding, saving and pruning off the loop (encoding on a blocking
+//! thread, saving in a task). Before copying, it asks the log for the
+//! newest snapshot: when another service wrote one recently, it adopts
+//! that one instead of writing its own, so the services of one deployment
+//! mostly share one snapshot per interval.
+//!
+//! Must never: hold the decide loop for more than the copy of the state,
+//! snapshot a state that is not exactly the log up to its sequence, let a
+//! failed snapshot stop deciding, or use a snapshot that failed a check
+//! (it is skipped with a warning, and the start folds from an older one
+//! or from the log's first event).
+
+use std::time::{Duration, Instant};
+
+use gpusched_core::snapshot::{self, Snapshot};
+use gpusched_core::State;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::log::Log;
+
+/// When a service writes and reads snapshots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    /// Write one after this many events since the last (0: never write).
+    pub every_events: u64,
+    /// Write one after this long since the last, when events were folded
+    /// since.
+    pub every: Duration,
+    /// Snapshots kept; older ones are pruned (the log never is).
+    pub keep: usize,
+    /// Load the newest good snapshot at a start (else fold the whole log).
+    pub load: bool,
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        SnapshotPolicy {
+            every_events: 100_000,
+            every: Duration::from_secs(300),
+            keep: 3,
+            load: true,
+        }
+    }
+}
+
+/// What a start loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loaded {
+    /// The snapshot's sequence.
+    pub seq: u64,
+    /// How old it was, milliseconds.
+    pub age_ms: u64,
+    /// Its size.
+    pub bytes: u64,
+    /// How long reading and checking it took, milliseconds.
+    pub load_ms: u64,
+    /// Newer snapshots skipped because they failed a check.
+    pub skipped: usize,
+}
+
+/// The newest snapshot that passes every check, or `None` (no snapshot, or
+/// the log unreadable: the start then folds from the first event). Each
+/// one skipped is logged with its reason.
+pub async fn load_newest(log: &Log, service: &str) -> Option<(Snapshot, Loaded)> {
+    let started = Instant::now();
+    let found = match log.max_seq().await {
+        Ok(end) => log.newest_snapshot(end).await,
+        Err(e) => Err(e),
+    };
+    let found = match found {
+        Ok(f) => f,
+        Err(e) => {
+            warn!(service, error = %e, "cannot read snapshots; folding the whole log");
+            return None;
+        }
+    };
+    for s in &found.skipped {
+        warn!(service, seq = s.seq, why = %s.why, "snapshot skipped");
+    }
+    let (snap, row) = found.snapshot?;
+    let age = chrono::Utc::now() - row.taken_at;
+    let loaded = Loaded {
+        seq: snap.seq,
+        age_ms: u64::try_from(age.num_milliseconds()).unwrap_or(0),
+        bytes: row.bytes,
+        load_ms: started.elapsed().as_millis() as u64,
+        skipped: found.skipped.len(),
+    };
+    info!(
+        service,
+        seq = loaded.seq,
+        age_ms = loaded.age_ms,
+        bytes = loaded.bytes,
+        ms = loaded.load_ms,
+        "snapshot loaded"
+    );
+    Some((snap, loaded))
+}
+
+/// A snapshot the writer saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// Its sequence.
+    pub seq: u64,
+    /// Its size.
+    pub bytes: u64,
+    /// How long the loop was held to copy the state, microseconds.
+    pub copy_us: u64,
+    /// How long encoding and saving took, milliseconds.
+    pub write_ms: u64,
+}
+
+enum Step {
+    Idle,
+    /// Asking the log for the newest snapshot.
+    Checking(JoinHandle<u64>),
+    /// Encoding and saving a copy taken at this sequence.
+    Writing(JoinHandle<Option<Written>>, u64),
+}
+
+/// Writes snapshots for one lead (module docs).
+pub struct Writer {
+    policy: SnapshotPolicy,
+    holder: String,
+    service: String,
+    last_seq: u64,
+    last_at: Instant,
+    step: Step,
+}
+
+impl Writer {
+    /// A writer whose last snapshot is at `from_seq` (0: none).
+    pub fn new(policy: SnapshotPolicy, service: &str, holder: &str, from_seq: u64) -> Self {
+        Writer {
+            policy,
+            holder: holder.to_string(),
+            service: service.to_string(),
+            last_seq: from_seq,
+            last_at: Instant::now(),
+            step: Step::Idle,
+        }
+    }
+
+    fn due(&self, seq: u64) -> bool {
+        self.policy.every_events > 0
+            && (seq >= self.last_seq.saturating_add(self.policy.every_events)
+                || (seq > self.last_seq && self.last_at.elapsed() >= self.policy.every))
+    }
+
+    /// Moves the writer on between two cycles, with the projection's state
+    /// at `seq`; returns a snapshot saved since the last call.
+    pub fn tick(&mut self, log: &Log, state: &State, seq: u64) -> Option<Written> {
+        match std::mem::replace(&mut self.step, Step::Idle) {
+            Step::Idle if self.due(seq) => {
+                let log = log.clone();
+                self.step = Step::Checking(tokio::spawn(async move {
+                    log.newest_snapshot_seq().await.unwrap_or(0)
+                }));
+                None
+            }
+            Step::Idle => None,
+            Step::Checking(h) if !h.is_finished() => {
+                self.step = Step::Checking(h);
+                None
+            }
+            Step::Checking(h) => {
+                let newest = futures::FutureExt::now_or_never(h)
+                    .and_then(Result::ok)
+                    .unwrap_or(0);
+                if newest > self.last_seq {
+                    self.last_seq = newest;
+                    self.last_at = Instant::now();
+                }
+                if self.due(seq) {
+                    self.write(log, state, seq);
+                }
+                None
+            }
+            Step::Writing(h, at) if !h.is_finished() => {
+                self.step = Step::Writing(h, at);
+                None
+            }
+            Step::Writing(h, _) => futures::FutureExt::now_or_never(h)
+                .and_then(Result::ok)
+                .flatten(),
+        }
+    }
+
+    /// Copies the state (the only part on the loop) and encodes and saves
+    /// the copy in the background.
+    fn write(&mut self, log: &Log, state: &State, seq: u64) {
+        let copied = Instant::now();
+        let copy = state.clone();
+        let copy_us = copied.elapsed().as_micros() as u64;
+        self.last_seq = seq;
+        self.last_at = Instant::now();
+        let (log, holder, service, keep) = (
+            log.clone(),
+            self.holder.clone(),
+            self.service.clone(),
+            self.policy.keep,
+        );
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let body = tokio::task::spawn_blocking(move || snapshot::encode(&copy, seq))
+                .await
+                .ok()?;
+            match log.save_snapshot(&body, &holder, keep).await {
+                Ok(_) => {
+                    let w = Written {
+                        seq,
+                        bytes: body.len() as u64,
+                        copy_us,
+                        write_ms: started.elapsed().as_millis() as u64,
+                    };
+                    info!(
+                        service,
+                        seq,
+                        bytes = w.bytes,
+                        copy_us,
+                        ms = w.write_ms,
+                        "snapshot written"
+                    );
+                    Some(w)
+                }
+                Err(e) => {
+                    warn!(service, seq, error = %e, "snapshot not written");
+                    None
+                }
+            }
+        });
+        self.step = Step::Writing(task, seq);
+    }
+}
