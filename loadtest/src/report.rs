@@ -169,6 +169,8 @@ pub struct Report {
     pub reclaim: Option<ReclaimReport>,
     /// Restarts.
     pub restarts: Vec<RestartOutcome>,
+    /// The snapshots stored at the end: (sequence, bytes, writer).
+    pub snapshots: Vec<(u64, u64, String)>,
     /// Goals.
     pub goals: Vec<Goal>,
     /// Series by second since the origin: submitted, admitted, bound,
@@ -328,6 +330,7 @@ impl Report {
             services,
             reclaim,
             restarts: o.restarts.clone(),
+            snapshots: o.snapshots.clone(),
             goals: Vec::new(),
             series,
         };
@@ -472,14 +475,25 @@ impl Report {
         for r in &self.restarts {
             let _ = writeln!(
                 t,
-                "  restart {:<30} ready {} (catch-up {}, {} events folded), first append {}, {} pending, {} events",
-                r.service,
-                opt(r.kill_to_ready_ms, " ms"),
-                r.rebuild_ms.map_or("-".into(), |v| format!("{v} ms")),
-                r.folded_at_takeover.map_or("-".into(), |v| v.to_string()),
-                opt(r.kill_to_first_append_ms, " ms"),
+                "  restart {} ({} pending, {} events)",
+                r.steps(),
                 r.pending,
                 r.log_events
+            );
+            if let Some((n @ 1.., bytes, copy_us)) = r.killed_snapshots {
+                let _ = writeln!(
+                    t,
+                    "    the killed instance wrote {n} snapshots, the last {:.1} MiB; copying the state held its loop {:.1} ms at most",
+                    bytes as f64 / (1 << 20) as f64,
+                    copy_us as f64 / 1000.0
+                );
+            }
+        }
+        for (seq, bytes, by) in &self.snapshots {
+            let _ = writeln!(
+                t,
+                "  snapshot at {seq}: {:.1} MiB, written by {by}",
+                *bytes as f64 / (1 << 20) as f64
             );
         }
         let _ = writeln!(
@@ -595,19 +609,34 @@ impl Report {
             );
         }
         if !self.restarts.is_empty() {
-            let _ = writeln!(m, "\n| restarted | pending | log events | kill → ready | catch-up after takeover | events folded then | kill → first append | killed peak RSS |\n|---|---:|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(m, "\n| restarted | pending | log events | snapshot at | its age | load | folded after it | kill → caught up | kill → lease | kill → ready | kill → first append | killed peak RSS |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            let n = |v: Option<u64>| v.map_or("–".into(), |v| v.to_string());
             for r in &self.restarts {
                 let _ = writeln!(
                     m,
-                    "| {} | {} | {} | {} ms | {} ms | {} | {} ms | {} MiB |",
+                    "| {} | {} | {} | {} | {} s | {} ms | {} | {} ms | {} ms | {} ms | {} ms | {} MiB |",
                     r.service,
                     r.pending,
                     r.log_events,
+                    n(r.snapshot_seq),
+                    n(r.snapshot_age_ms.map(|a| a / 1000)),
+                    n(r.snapshot_load_ms),
+                    n(r.folded_after_snapshot),
+                    opt(r.kill_to_caught_up_ms),
+                    opt(r.kill_to_lease_ms),
                     opt(r.kill_to_ready_ms),
-                    r.rebuild_ms.map_or("–".into(), |v| v.to_string()),
-                    r.folded_at_takeover.map_or("–".into(), |v| v.to_string()),
                     opt(r.kill_to_first_append_ms),
                     opt(r.killed_peak_rss_mib)
+                );
+            }
+        }
+        if !self.snapshots.is_empty() {
+            let _ = writeln!(m, "\n| snapshot at | size | written by |\n|---:|---:|---|");
+            for (seq, bytes, by) in &self.snapshots {
+                let _ = writeln!(
+                    m,
+                    "| {seq} | {:.1} MiB | {by} |",
+                    *bytes as f64 / (1 << 20) as f64
                 );
             }
         }

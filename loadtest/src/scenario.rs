@@ -207,6 +207,51 @@ pub struct RestartOutcome {
     pub kill_to_first_append_ms: Option<f64>,
     /// Peak memory of the killed instance, MiB.
     pub killed_peak_rss_mib: Option<f64>,
+    /// The snapshot the new instance started from: its sequence (0: none).
+    pub snapshot_seq: Option<u64>,
+    /// How old it was when loaded, ms.
+    pub snapshot_age_ms: Option<u64>,
+    /// Reading and checking it, ms.
+    pub snapshot_load_ms: Option<u64>,
+    /// Events folded after it until ready.
+    pub folded_after_snapshot: Option<u64>,
+    /// SIGKILL → the new instance's fold reached the log's end, ms.
+    pub kill_to_caught_up_ms: Option<f64>,
+    /// SIGKILL → the new instance took the lease, ms.
+    pub kill_to_lease_ms: Option<f64>,
+    /// Snapshots the killed instance had written, the size of its last,
+    /// and the longest it held its loop to copy the state (µs).
+    pub killed_snapshots: Option<(u64, u64, u64)>,
+}
+
+impl RestartOutcome {
+    /// One line: the snapshot loaded and the time of each step.
+    pub fn steps(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0} ms"));
+        let n = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
+        let snapshot = match self.snapshot_seq {
+            Some(seq) if seq > 0 => format!(
+                "snapshot at {seq} ({} s old, loaded in {} ms), {} events folded after it",
+                self.snapshot_age_ms.map_or(0, |a| a / 1000),
+                n(self.snapshot_load_ms),
+                n(self.folded_after_snapshot)
+            ),
+            _ => format!(
+                "no snapshot, {} events folded",
+                n(self.folded_after_snapshot)
+            ),
+        };
+        format!(
+            "{}: {snapshot}; after the kill: caught up {}, lease {}, ready {} (catch-up at takeover {} ms, {} events), first append {}",
+            self.service,
+            ms(self.kill_to_caught_up_ms),
+            ms(self.kill_to_lease_ms),
+            ms(self.kill_to_ready_ms),
+            n(self.rebuild_ms),
+            n(self.folded_at_takeover),
+            ms(self.kill_to_first_append_ms)
+        )
+    }
 }
 
 /// The reclaim as measured.
@@ -239,6 +284,8 @@ pub struct Outcome {
     pub reclaim: Option<ReclaimOutcome>,
     /// Restarts.
     pub restarts: Vec<RestartOutcome>,
+    /// The snapshots stored at the end: (sequence, bytes, writer).
+    pub snapshots: Vec<(u64, u64, String)>,
     /// The gateway's last status.
     pub status: Status,
     /// Samples.
@@ -688,6 +735,9 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
             .await
             .context("reading the lease")?
             .map_or(0, |l| l.epoch);
+        let killed_stats = stack
+            .live(service)
+            .and_then(|p| stack::read_stats(&p.stats_file));
         let killed = stack.kill(service)?;
         let kill_ms = wall_clock().0 as f64;
         let peak = stack
@@ -738,25 +788,40 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
             first = first_append_after(stack, service, old_epoch).await?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let since_kill = |t: u64| (t > 0).then_some(t as f64 - kill_ms);
         let r = RestartOutcome {
             service: service.clone(),
             pending: status.waiting(),
             log_events,
-            kill_to_ready_ms: ready.as_ref().map(|s| s.ready_unix_ms as f64 - kill_ms),
+            kill_to_ready_ms: ready.as_ref().and_then(|s| since_kill(s.ready_unix_ms)),
             rebuild_ms: ready.as_ref().map(|s| s.rebuild_ms),
             folded_at_takeover: ready.as_ref().map(|s| s.takeover_folded),
             kill_to_first_append_ms: first.map(|t| t - kill_ms),
             killed_peak_rss_mib: peak.map(|k| k as f64 / 1024.0),
+            snapshot_seq: ready.as_ref().map(|s| s.snapshot_seq),
+            snapshot_age_ms: ready.as_ref().map(|s| s.snapshot_age_ms),
+            snapshot_load_ms: ready.as_ref().map(|s| s.snapshot_load_ms),
+            folded_after_snapshot: ready.as_ref().map(|s| s.seq.saturating_sub(s.snapshot_seq)),
+            kill_to_caught_up_ms: ready.as_ref().and_then(|s| since_kill(s.caught_up_unix_ms)),
+            kill_to_lease_ms: ready.as_ref().and_then(|s| since_kill(s.lease_unix_ms)),
+            killed_snapshots: killed_stats.map(|s| {
+                (
+                    s.snapshots_written,
+                    s.snapshot_bytes,
+                    s.snapshot_copy_us_max,
+                )
+            }),
         };
-        eprintln!(
-            "  {service}: ready after {} ms (catch-up {} ms, {} events), first append after {} ms",
-            r.kill_to_ready_ms.map_or("-".into(), |v| format!("{v:.0}")),
-            r.rebuild_ms.map_or("-".into(), |v| v.to_string()),
-            r.folded_at_takeover.map_or("-".into(), |v| v.to_string()),
-            r.kill_to_first_append_ms
-                .map_or("-".into(), |v| format!("{v:.0}"))
-        );
+        eprintln!("  {}", r.steps());
         out.restarts.push(r);
     }
+    out.snapshots = stack
+        .store
+        .snapshots()
+        .await
+        .context("listing the snapshots")?
+        .into_iter()
+        .map(|s| (s.seq, s.bytes, s.taken_by))
+        .collect();
     Ok(())
 }

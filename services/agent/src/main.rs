@@ -209,6 +209,7 @@ async fn node(a: NodeArgs) -> anyhow::Result<()> {
 
 async fn relay(a: RelayArgs) -> anyhow::Result<()> {
     let _telemetry = gpusched_runtime::init_tracing(RELAY_SERVICE);
+    let snapshots = a.stack.snapshot_policy()?;
     let conns = a.stack.connect(RELAY_SERVICE).await?;
     let client = gpusched_bus::async_nats::connect(&a.stack.nats_url)
         .await
@@ -225,6 +226,7 @@ async fn relay(a: RelayArgs) -> anyhow::Result<()> {
     };
     let mut service = gpusched_runtime::ServiceConfig::new(RELAY_SERVICE, &conns.instance);
     service.lease_ttl = conns.lease_ttl;
+    service.snapshots = snapshots;
     let shutdown = gpusched_runtime::shutdown_signal();
     tracing::info!(instance = %conns.instance, "node relay starting");
     serve_relay(

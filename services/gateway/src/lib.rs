@@ -32,7 +32,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use gpusched_core::Phase;
 use gpusched_runtime::{
-    follow, read_view, Bus, FollowerHealth, LeaseSpec, Log, Projection, SharedView,
+    follow, read_view, Bus, FollowerHealth, LeaseSpec, Log, Projection, SharedView, SnapshotPolicy,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -94,16 +94,30 @@ pub fn start(
     tokens: Tokens,
     shutdown: CancellationToken,
 ) -> (Gateway, Vec<tokio::task::JoinHandle<()>>) {
-    start_with(log, bus, instance, tokens, DEFAULT_LEASE_TTL, shutdown)
+    let no_snapshots = SnapshotPolicy {
+        every_events: 0,
+        ..SnapshotPolicy::default()
+    };
+    start_with(
+        log,
+        bus,
+        instance,
+        tokens,
+        DEFAULT_LEASE_TTL,
+        no_snapshots,
+        shutdown,
+    )
 }
 
-/// [`start`] with the writer's lease time to live.
+/// [`start`] with the writer's lease time to live and when the view
+/// writes snapshots of the state (for every service to start from).
 pub fn start_with(
     log: Log,
     bus: Bus,
     instance: &str,
     tokens: Tokens,
     lease_ttl: Duration,
+    snapshots: SnapshotPolicy,
     shutdown: CancellationToken,
 ) -> (Gateway, Vec<tokio::task::JoinHandle<()>>) {
     let spec = LeaseSpec {
@@ -121,6 +135,8 @@ pub fn start_with(
         view.clone(),
         Duration::from_millis(500),
         follower.clone(),
+        snapshots,
+        instance.to_string(),
         shutdown,
     ));
     (

@@ -36,6 +36,7 @@ async fn main() -> anyhow::Result<()> {
     let _telemetry = init_tracing("gateway");
     let tokens = tokens(&args.auth).context("gateway auth")?;
     tracing::info!(tokens = tokens.len(), "API tokens loaded");
+    let snapshots = args.stack.snapshot_policy()?;
     let conns = args.stack.connect("gateway").await?;
     let shutdown = shutdown_signal();
     let (mut gw, tasks) = gpusched_gateway::start_with(
@@ -44,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
         &conns.instance,
         tokens,
         conns.lease_ttl,
+        snapshots,
         shutdown.clone(),
     );
     // Worker logs are read from node agents over NATS.

@@ -1796,10 +1796,17 @@ impl State {
     /// jobs and their phases and allocations, nodes, tenants' usage. Built
     /// from the same events in the same order it is always the same.
     pub fn state_hash(&self) -> String {
+        // Pieces are gathered in a buffer and hashed in large blocks (the
+        // same bytes as hashing each piece as it comes, many times faster).
         let mut h = blake3::Hasher::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
         let mut put = |b: &[u8]| {
-            h.update(&(b.len() as u64).to_le_bytes());
-            h.update(b);
+            buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            buf.extend_from_slice(b);
+            if buf.len() >= 1 << 16 {
+                h.update(&buf);
+                buf.clear();
+            }
         };
         for l in &self.levels {
             put(l.as_bytes());
@@ -1866,6 +1873,7 @@ impl State {
                 put(&a.gpus.to_le_bytes());
             }
         }
+        h.update(&buf);
         h.finalize().to_hex()[..32].to_string()
     }
 

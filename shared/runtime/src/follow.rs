@@ -1,6 +1,9 @@
 //! A read-only follower: keeps a shared [`Projection`] current for readers
 //! (the gateway's queries, `gpusched dev`'s progress), with no lease and no
-//! decisions.
+//! decisions. It starts from the newest good snapshot and, as the log
+//! grows, writes snapshots for every service to start from: copying the
+//! state holds only its own folding (readers share the lock), never a
+//! deciding service's loop.
 //!
 //! Must never: write to the log, or hold the projection's write lock while
 //! waiting on I/O.
@@ -18,6 +21,7 @@ use crate::bus::{Bus, Feed, Incoming};
 use crate::clock::wall_clock;
 use crate::log::Log;
 use crate::projection::Projection;
+use crate::snapshots::{SnapshotPolicy, Writer};
 
 /// A projection shared between one follower and many readers.
 pub type SharedView = Arc<RwLock<Projection>>;
@@ -77,15 +81,22 @@ const LOG_RETRY: Duration = Duration::from_millis(250);
 /// bus missed; while the bus fails, reads the log's tail every
 /// [`crate::DEGRADED_POLL`]. An unreachable log is retried, never the
 /// end of following; `health` says how it goes.
+#[allow(clippy::too_many_arguments)]
 pub async fn follow(
     log: Log,
     bus: Bus,
     view: SharedView,
     tick: Duration,
     health: Arc<FollowerHealth>,
+    snapshots: SnapshotPolicy,
+    holder: String,
     shutdown: CancellationToken,
 ) {
     let mut feed = bus.feed_ephemeral().await.ok();
+    if snapshots.load {
+        start_from_snapshot(&log, &view).await;
+    }
+    let mut writer = Writer::new(snapshots, "follower", &holder, read_view(&view).seq());
     let mut last_poll = Instant::now();
     let mut read_now = true;
     while !shutdown.is_cancelled() {
@@ -105,6 +116,24 @@ pub async fn follow(
             r = receive(&bus, &mut feed, &health) => r,
         };
         read_now = fold_received(&view, received);
+        if health.is_caught_up() {
+            let p = read_view(&view);
+            writer.tick(&log, p.state(), p.seq());
+        }
+    }
+}
+
+/// An empty view starts at the newest good snapshot, if there is one: the
+/// first read of the log then folds only what came after it.
+async fn start_from_snapshot(log: &Log, view: &SharedView) {
+    if read_view(view).seq() > 0 {
+        return;
+    }
+    if let Some((snap, _)) = crate::snapshots::load_newest(log, "follower").await {
+        let mut p = write_view(view);
+        if p.seq() == 0 {
+            *p = Projection::at(snap.state, snap.seq);
+        }
     }
 }
 

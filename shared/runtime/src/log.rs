@@ -147,6 +147,27 @@ impl Log {
         }
     }
 
+    /// The sequence of the last event of `producer` at or before `upto`
+    /// (0: none).
+    pub async fn last_seq_of(&self, producer: gpusched_events::Producer, upto: u64) -> Result<u64> {
+        match self {
+            Log::Postgres(s) => Ok(seq_u64(
+                s.last_seq_of(gpusched_store::producer_name(producer), seq_i64(upto))
+                    .await?,
+            )),
+            Log::Memory(m) => {
+                let g = m.lock();
+                let end = usize::try_from(upto)
+                    .unwrap_or(usize::MAX)
+                    .min(g.events.len());
+                Ok(g.events[..end]
+                    .iter()
+                    .rposition(|e| e.producer() == producer)
+                    .map_or(0, |i| i as u64 + 1))
+            }
+        }
+    }
+
     /// Saves an encoded snapshot (once per sequence) and prunes all but the
     /// newest `keep`; returns whether this call wrote it.
     pub async fn save_snapshot(&self, body: &[u8], taken_by: &str, keep: usize) -> Result<bool> {

@@ -30,6 +30,7 @@ use tracing::{error, info, warn};
 use crate::bus::Bus;
 use crate::leader::{Candidate, Leader, LeaseSpec};
 use crate::log::{Log, LoggedEvent};
+use crate::snapshots::{Writer, Written};
 use crate::stage::{lead, Start, Step, Warm};
 use crate::stats::ServiceStats;
 
@@ -184,6 +185,7 @@ async fn standby<D: Decider>(
     let mut warm = Warm::new(fresh);
     let mut folded = false;
     let mut loaded = false;
+    let mut writer = Writer::new(cfg.snapshots, &cfg.service, &cfg.holder, 0);
     let taken = loop {
         if let Some(leader) = candidate.try_take().await {
             break Some(leader);
@@ -201,6 +203,11 @@ async fn standby<D: Decider>(
             _ = shutdown.cancelled() => break None,
             _ = keep_warm(log, &mut warm, stats) => folded = true,
         }
+        // A standby decides nothing: copying its state for a snapshot
+        // stalls no one.
+        if let Some(w) = writer.tick(log, warm.proj.state(), warm.proj.seq()) {
+            record_snapshot(stats, &w);
+        }
         tokio::select! {
             _ = shutdown.cancelled() => break None,
             _ = tokio::time::sleep(cfg.standby_poll()) => {}
@@ -217,11 +224,24 @@ async fn standby<D: Decider>(
     Some((leader, folded.then_some(warm)))
 }
 
+/// Counts a snapshot a standby wrote.
+fn record_snapshot(stats: &ServiceStats, w: &Written) {
+    stats.snapshots_written.fetch_add(1, Ordering::Relaxed);
+    stats.snapshot_written_seq.store(w.seq, Ordering::Relaxed);
+    stats.snapshot_bytes.store(w.bytes, Ordering::Relaxed);
+    stats
+        .snapshot_copy_us_max
+        .fetch_max(w.copy_us, Ordering::Relaxed);
+}
+
 /// Folds what the log holds beyond a standby's fold (the whole log the
 /// first time). A log that cannot be read leaves the fold where it was.
 async fn keep_warm<D: Decider>(log: &Log, w: &mut Warm<D>, stats: &ServiceStats) {
     match w.catch_up(log, u64::MAX).await {
-        Ok(_) => stats.log_down.store(0, Ordering::Relaxed),
+        Ok(_) => {
+            stats.log_down.store(0, Ordering::Relaxed);
+            stats.caught_up();
+        }
         Err(e) => {
             stats.log_down.store(1, Ordering::Relaxed);
             warn!(error = %e, "standby cannot read the log; trying again");

@@ -47,24 +47,23 @@ pub struct StackArgs {
     /// on its --listen address.
     #[arg(long, env = "GPUSCHED_HEALTH_LISTEN")]
     pub health_listen: Option<std::net::SocketAddr>,
-    /// Deciding services: write a snapshot of the folded state after this
-    /// many events since the last one (0: never write snapshots).
+    /// The gateway and standbys: write a snapshot of the folded state after
+    /// this many events since the newest one (0: never write snapshots).
     #[arg(
         long,
         env = "GPUSCHED_SNAPSHOT_EVERY_EVENTS",
         default_value_t = 100_000
     )]
     pub snapshot_every_events: u64,
-    /// Deciding services: write a snapshot after this many seconds since
-    /// the last one, when events came since.
+    /// The gateway and standbys: write a snapshot after this many seconds
+    /// since the newest one, when events came since.
     #[arg(long, env = "GPUSCHED_SNAPSHOT_EVERY_S", default_value_t = 300.0)]
     pub snapshot_every_s: f64,
-    /// Deciding services: snapshots kept; older ones are deleted (the log
-    /// never is).
+    /// Snapshots kept; older ones are deleted (the log never is).
     #[arg(long, env = "GPUSCHED_SNAPSHOT_KEEP", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     pub snapshot_keep: u16,
-    /// Deciding services: start from the newest good snapshot (false: fold
-    /// the whole log at every start).
+    /// Start from the newest good snapshot (false: fold the whole log at
+    /// every start).
     #[arg(long, env = "GPUSCHED_SNAPSHOT_LOAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub snapshot_load: bool,
 }

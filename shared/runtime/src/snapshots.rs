@@ -1,19 +1,20 @@
-//! Snapshots for a deciding service: the newest good one loaded at a
-//! start, new ones written while leading.
+//! Snapshots for the services: the newest good one loaded at a start, new
+//! ones written by the processes that fold the log without deciding (the
+//! gateway's view, hot standbys), so no deciding loop ever waits for one.
 //!
 //! Owns: when to write (every N events, or every T seconds when anything
-//! was folded since), the copy of the state taken between two cycles, and
-//! encoding, saving and pruning off the loop (encoding on a blocking
-//! thread, saving in a task). Before copying, it asks the log for the
-//! newest snapshot: when another service wrote one recently, it adopts
-//! that one instead of writing its own, so the services of one deployment
-//! mostly share one snapshot per interval.
+//! was folded since), the copy of the state taken between two folds, and
+//! encoding, saving and pruning off the follower's loop (encoding on a
+//! blocking thread, saving in a task). Before copying, it asks the log for
+//! the newest snapshot: when another process wrote one recently, it adopts
+//! that one instead of writing its own, so one deployment mostly shares
+//! one snapshot per interval.
 //!
-//! Must never: hold the decide loop for more than the copy of the state,
-//! snapshot a state that is not exactly the log up to its sequence, let a
-//! failed snapshot stop deciding, or use a snapshot that failed a check
-//! (it is skipped with a warning, and the start folds from an older one
-//! or from the log's first event).
+//! Must never: run in a leading service's loop, snapshot a state that is
+//! not exactly the log up to its sequence, let a failed snapshot stop
+//! anything, or use a snapshot that failed a check (it is skipped with a
+//! warning, and the start folds from an older one or from the log's first
+//! event).
 
 use std::time::{Duration, Instant};
 
@@ -110,7 +111,7 @@ pub struct Written {
     pub seq: u64,
     /// Its size.
     pub bytes: u64,
-    /// How long the loop was held to copy the state, microseconds.
+    /// How long the follower's loop was held to copy the state, microseconds.
     pub copy_us: u64,
     /// How long encoding and saving took, milliseconds.
     pub write_ms: u64,
@@ -153,8 +154,8 @@ impl Writer {
                 || (seq > self.last_seq && self.last_at.elapsed() >= self.policy.every))
     }
 
-    /// Moves the writer on between two cycles, with the projection's state
-    /// at `seq`; returns a snapshot saved since the last call.
+    /// Moves the writer on between two folds, with the state folded up to
+    /// `seq`; returns a snapshot saved since the last call.
     pub fn tick(&mut self, log: &Log, state: &State, seq: u64) -> Option<Written> {
         match std::mem::replace(&mut self.step, Step::Idle) {
             Step::Idle if self.due(seq) => {
@@ -192,8 +193,8 @@ impl Writer {
         }
     }
 
-    /// Copies the state (the only part on the loop) and encodes and saves
-    /// the copy in the background.
+    /// Copies the state (the only part on the caller's loop) and encodes
+    /// and saves the copy in the background.
     fn write(&mut self, log: &Log, state: &State, seq: u64) {
         let copied = Instant::now();
         let copy = state.clone();

@@ -41,7 +41,7 @@ use crate::leader::{is_fenced, Leader};
 use crate::log::{Log, LoggedEvent};
 use crate::projection::Projection;
 use crate::service::{runs, Decider, ServiceConfig};
-use crate::snapshots::{load_newest, Writer};
+use crate::snapshots::load_newest;
 use crate::stats::ServiceStats;
 
 /// A read from the bus or log that takes this much longer than asked is
@@ -93,11 +93,16 @@ impl<D: Decider> Warm<D> {
         let Some((snap, loaded)) = load_newest(log, &cfg.service).await else {
             return;
         };
+        // This producer's last event up to the snapshot: the relay reads
+        // the log back only when the bus lacks it (unknown: assume the
+        // snapshot's last event, which makes the relay read back).
+        let producer = self.decider.producer();
+        self.last_own = log
+            .last_seq_of(producer, snap.seq)
+            .await
+            .unwrap_or(snap.seq);
         self.decider.resume(&snap.state);
         self.proj = Projection::at(snap.state, snap.seq);
-        // This producer's events up to the snapshot are not known one by
-        // one: the relay reads the log back when the bus lacks any of them.
-        self.last_own = snap.seq;
         stats.snapshot_seq.store(loaded.seq, Ordering::Relaxed);
         stats
             .snapshot_age_ms
@@ -183,7 +188,6 @@ pub(crate) async fn lead<D: Decider>(
         if stage.should_decide() && stage.cycle(leader).await? == Cycle::Fenced {
             return Ok(Step::StepDown);
         }
-        stage.snapshot_tick();
     }
 }
 
@@ -226,7 +230,6 @@ struct Stage<'a, D> {
     /// The trace context of the latest batch received: the next cycle's
     /// span continues that trace.
     remote_parent: Option<String>,
-    snapshots: Writer,
 }
 
 impl<'a, D: Decider> Stage<'a, D> {
@@ -256,6 +259,7 @@ impl<'a, D: Decider> Stage<'a, D> {
             Start::Warm(warm) => catch_up(log, *warm, producer, published, stats).await?,
         };
         stats.first_append_unix_ms.store(0, Ordering::Relaxed);
+        stats.caught_up();
         stats
             .takeover_folded
             .store(folded as u64, Ordering::Relaxed);
@@ -284,12 +288,6 @@ impl<'a, D: Decider> Stage<'a, D> {
             last_decide: Instant::now() - cfg.tick,
             dirty: true,
             remote_parent: None,
-            snapshots: Writer::new(
-                cfg.snapshots,
-                &cfg.service,
-                &cfg.holder,
-                stats.snapshot_seq.load(Ordering::Relaxed),
-            ),
         })
     }
 
@@ -456,23 +454,6 @@ impl<'a, D: Decider> Stage<'a, D> {
             .store(self.proj.superseded(), Ordering::Relaxed);
     }
 
-    /// Moves the snapshot writer on (between cycles: the state is the log
-    /// folded up to the projection's sequence).
-    fn snapshot_tick(&mut self) {
-        let Some(w) = self
-            .snapshots
-            .tick(self.log, self.proj.state(), self.proj.seq())
-        else {
-            return;
-        };
-        let s = self.stats;
-        s.snapshots_written.fetch_add(1, Ordering::Relaxed);
-        s.snapshot_written_seq.store(w.seq, Ordering::Relaxed);
-        s.snapshot_bytes.store(w.bytes, Ordering::Relaxed);
-        s.snapshot_copy_us_max
-            .fetch_max(w.copy_us, Ordering::Relaxed);
-    }
-
     /// Whether to decide now: never behind a known gap; otherwise on new
     /// input, a due timer, or a tick.
     fn should_decide(&self) -> bool {
@@ -574,11 +555,11 @@ async fn rebuild<D: Decider>(
     let Warm {
         mut proj,
         mut decider,
-        ..
+        last_own,
     } = warm;
     // Own events inside a snapshot are read back only when the bus lacks
     // some of them; those folded now are noted as they go by.
-    let mut unpublished = if published < proj.seq() {
+    let mut unpublished = if published < last_own {
         own_events(log, producer, published, proj.seq()).await?
     } else {
         Vec::new()

@@ -153,9 +153,21 @@ pub struct ServiceStats {
     pub snapshot_bytes: AtomicU64,
     /// The longest the loop was held to copy the state for a snapshot, microseconds.
     pub snapshot_copy_us_max: AtomicU64,
+    /// When this instance's fold first reached the log's end (standing by or starting to lead), Unix milliseconds.
+    pub caught_up_unix_ms: AtomicU64,
 }
 
 impl ServiceStats {
+    /// Notes that the fold reached the log's end, the first time only.
+    pub fn caught_up(&self) {
+        let _ = self.caught_up_unix_ms.compare_exchange(
+            0,
+            wall_clock().0,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
     /// Marks the loop as alive now.
     pub fn beat(&self) {
         self.loop_unix_ms.store(wall_clock().0, Ordering::Relaxed);
@@ -245,6 +257,9 @@ pub struct StatsSnapshot {
     /// The longest the loop was held to copy the state for a snapshot, microseconds.
     #[serde(default)]
     pub snapshot_copy_us_max: u64,
+    /// When this instance's fold first reached the log's end (standing by or starting to lead), Unix milliseconds.
+    #[serde(default)]
+    pub caught_up_unix_ms: u64,
 }
 
 impl StatsSnapshot {
@@ -283,6 +298,7 @@ impl StatsSnapshot {
             snapshot_written_seq: l(&stats.snapshot_written_seq),
             snapshot_bytes: l(&stats.snapshot_bytes),
             snapshot_copy_us_max: l(&stats.snapshot_copy_us_max),
+            caught_up_unix_ms: l(&stats.caught_up_unix_ms),
         }
     }
 }

@@ -1,7 +1,8 @@
-//! Snapshots in a running service over the real Postgres log: a lead
-//! writes them as the log grows; a restart loads the newest and folds only
-//! the events after it, then decides on from there (nothing decided twice
-//! or missed); a damaged snapshot is skipped for an older one.
+//! Snapshots in running services over the real Postgres log: a hot standby
+//! and a read-only follower write them as the log grows, a leader never
+//! does; a restart loads the newest and folds only the events after it,
+//! then decides on from there (nothing decided twice or missed); a damaged
+//! snapshot is skipped for an older one.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,9 +12,14 @@ use std::time::{Duration, Instant};
 
 use common::stage::{decisions, submit, wait_decided, Instance};
 use gpusched_core::snapshot;
-use gpusched_runtime::{Bus, Log, SnapshotPolicy};
+use std::sync::{Arc, RwLock};
+
+use gpusched_runtime::{
+    follow, read_view, Bus, FollowerHealth, Log, Projection, SharedView, SnapshotPolicy,
+};
 use gpusched_store::testing::TestDb;
 use gpusched_store::Until;
+use tokio_util::sync::CancellationToken;
 
 fn start(log: &Log, bus: &Bus, holder: &str) -> Instance {
     Instance::start(log, bus, holder, |cfg| {
@@ -50,14 +56,25 @@ async fn a_restart_folds_only_what_came_after_the_newest_snapshot() {
     let bus = Bus::memory();
 
     let a = start(&log, &bus, "a");
+    wait_for("a leads", || {
+        a.stats.leading_epoch.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    let b = start(&log, &bus, "b");
     for round in 0..6 {
         submit(&log, 1 + round * 200, 200).await;
     }
     assert_eq!(wait_decided(&log, 1200).await.len(), 1200);
-    wait_for("a snapshot written", || {
-        a.stats.snapshots_written.load(Ordering::Relaxed) >= 1
+    wait_for("the standby wrote a snapshot", || {
+        b.stats.snapshots_written.load(Ordering::Relaxed) >= 1
     })
     .await;
+    assert_eq!(
+        a.stats.snapshots_written.load(Ordering::Relaxed),
+        0,
+        "a leader never stalls its loop for a snapshot"
+    );
+    b.stop().await;
     a.stop().await;
 
     // Each stored snapshot is the replay up to its sequence, exactly.
@@ -84,7 +101,7 @@ async fn a_restart_folds_only_what_came_after_the_newest_snapshot() {
 
     // A restart loads the newest and folds the rest; new work is decided.
     let (snap_seq, end) = (newest_snapshot_seq(&db).await, log.max_seq().await.unwrap());
-    let b = start(&log, &bus, "b");
+    let b = start(&log, &bus, "b2");
     submit(&log, 1201, 10).await;
     assert_eq!(wait_decided(&log, 1210).await.len(), 1210);
     assert_eq!(b.stats.snapshot_seq.load(Ordering::Relaxed), snap_seq);
@@ -113,4 +130,55 @@ async fn a_restart_folds_only_what_came_after_the_newest_snapshot() {
 
     let d = decisions(&log).await;
     assert!(d.values().all(|&n| n == 1), "each job decided once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_writes_snapshots_and_a_new_follower_reaches_the_same_state() {
+    let db = TestDb::new().await;
+    let log = Log::Postgres(db.store.clone());
+    let bus = Bus::memory();
+    submit(&log, 1, 300).await;
+    let policy = SnapshotPolicy {
+        every_events: 100,
+        every: Duration::from_secs(3600),
+        keep: 3,
+        load: true,
+    };
+    let follower = |view: SharedView, shutdown: CancellationToken| {
+        tokio::spawn(follow(
+            log.clone(),
+            bus.clone(),
+            view,
+            Duration::from_millis(50),
+            Arc::new(FollowerHealth::default()),
+            policy,
+            "viewer".to_string(),
+            shutdown,
+        ))
+    };
+    let view: SharedView = Arc::new(RwLock::new(Projection::new()));
+    let shutdown = CancellationToken::new();
+    let task = follower(view.clone(), shutdown.clone());
+    let mut written = 0;
+    for _ in 0..400 {
+        written = newest_snapshot_seq(&db).await;
+        if written == 300 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(written, 300, "a snapshot of the whole log");
+    shutdown.cancel();
+    task.await.unwrap();
+
+    // A new follower starts at the snapshot; more events fold after it.
+    submit(&log, 301, 5).await;
+    let view: SharedView = Arc::new(RwLock::new(Projection::new()));
+    let shutdown = CancellationToken::new();
+    let task = follower(view.clone(), shutdown.clone());
+    wait_for("the view folded the tail", || read_view(&view).seq() == 305).await;
+    let state = read_view(&view).state().clone();
+    assert!(state == db.store.replay(Until::All).await.unwrap());
+    shutdown.cancel();
+    task.await.unwrap();
 }

@@ -546,6 +546,20 @@ impl EventStore {
         Ok(max.unwrap_or(0))
     }
 
+    /// The sequence of the last event of `producer` at or before `upto`
+    /// (0: none). Walks the log backwards by sequence, so it is quick when
+    /// the producer wrote recently.
+    pub async fn last_seq_of(&self, producer: &str, upto: i64) -> Result<i64> {
+        let seq: Option<i64> = sqlx::query_scalar(
+            "SELECT seq FROM events WHERE producer = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(producer)
+        .bind(upto)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(seq.unwrap_or(0))
+    }
+
     /// Every event of one job, in sequence order.
     pub async fn job_events(&self, job: JobId) -> Result<Vec<StoredEvent>> {
         let sql = format!(
