@@ -394,6 +394,11 @@ fn replay_log(args: ReplayArgs) -> Result<()> {
             .with_context(|| "--database-url: cannot connect".to_string())?;
         let last = store.max_seq().await?;
         let end = args.until_seq.map_or(last, |n| n.min(last));
+        // Against a live log, both ways of --verify stop at the same event.
+        let until = match until {
+            Until::All => Until::Seq(end),
+            u => u,
+        };
         let snapshot = if args.from_snapshot || args.verify {
             let from = replay::from_snapshot(&store, end, until).await?;
             replay::print(&from, last);
