@@ -1,4 +1,4 @@
--- gpusched event log (BRIEF §7) and fencing leases (BRIEF §1).
+-- gpusched event log and fencing leases (docs/architecture.md, "Services: one log, many writers").
 --
 -- `events` is append-only: the store only ever INSERTs; the triggers below
 -- refuse UPDATE, DELETE and TRUNCATE for every client, so a bug or a

@@ -72,6 +72,32 @@ pub const REPLAY_PAGE: usize = 10_000;
 /// order). Any constant no other part of gpusched uses.
 const APPEND_LOCK_KEY: i64 = 0x6770_7573_6368_6564; // "gpusched"
 
+/// The SHA-384 of migration 1 as first released: only its first comment
+/// line changed since, so a database that applied it is brought up to the
+/// current checksum instead of refusing to start.
+const MIGRATION_1_OLD_CHECKSUM: &str = "b81973fcb035131429bc2d101173561495bdcd32b4b45dd70d4513a3567d64673252984023578e013d45e459d62b96f6";
+
+/// Records the current checksum of migration 1 where the old one is stored.
+async fn repair_first_migration_checksum(conn: &mut sqlx::PgConnection) -> Result<()> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    let current = MIGRATOR.iter().find(|m| m.version == 1);
+    let old: Vec<u8> = (0..MIGRATION_1_OLD_CHECKSUM.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&MIGRATION_1_OLD_CHECKSUM[2 * i..2 * i + 2], 16).ok())
+        .collect();
+    if let (true, Some(m)) = (exists, current) {
+        sqlx::query(
+            "UPDATE _sqlx_migrations SET checksum = $1 WHERE version = 1 AND checksum = $2",
+        )
+        .bind(m.checksum.as_ref())
+        .bind(old)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// The embedded migrations (`migrations/` at the workspace root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
@@ -362,6 +388,7 @@ impl EventStore {
         sqlx::raw_sql("SET lock_timeout = 0; SET statement_timeout = 0")
             .execute(&mut *conn)
             .await?;
+        repair_first_migration_checksum(&mut conn).await?;
         MIGRATOR.run(&mut *conn).await?;
         Ok(())
     }
