@@ -495,3 +495,54 @@ async fn concurrent_appenders_commit_in_sequence_order() {
         assert!(chunk.windows(2).all(|w| w[1].seq == w[0].seq + 1));
     }
 }
+
+/// A database migrated by the first release holds migration 1's checksum as
+/// it was then (only its first comment line changed since): `migrate` must
+/// record the current checksum and go on, keeping every event.
+#[tokio::test]
+async fn a_log_migrated_by_the_first_release_still_migrates() {
+    const FIRST_RELEASE_CHECKSUM: &str = "b81973fcb035131429bc2d101173561495bdcd32b4b45dd70d4513a3567d64673252984023578e013d45e459d62b96f6";
+    let db = TestDb::new().await;
+    let l = lease(&db, "admission", "a-1").await;
+    db.store
+        .append(&batch(&[submitted(1), submitted(2)]), &l.fence())
+        .await
+        .expect("append");
+    let current: Vec<u8> =
+        sqlx::query_scalar("SELECT checksum FROM _sqlx_migrations WHERE version = 1")
+            .fetch_one(db.store.pool())
+            .await
+            .expect("current checksum");
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = decode($1, 'hex') WHERE version = 1")
+        .bind(FIRST_RELEASE_CHECKSUM)
+        .execute(db.store.pool())
+        .await
+        .expect("store the first release's checksum");
+    assert_ne!(hex_of(&current), FIRST_RELEASE_CHECKSUM);
+
+    db.store.migrate().await.expect("migrate a first-release log");
+
+    let after: Vec<u8> =
+        sqlx::query_scalar("SELECT checksum FROM _sqlx_migrations WHERE version = 1")
+            .fetch_one(db.store.pool())
+            .await
+            .expect("checksum after");
+    assert_eq!(after, current);
+    assert_eq!(count_events(&db).await, 2);
+}
+
+/// A checksum that is neither the first release's nor the current one is a
+/// changed migration: `migrate` refuses it rather than papering over it.
+#[tokio::test]
+async fn a_log_with_an_unknown_migration_checksum_is_refused() {
+    let db = TestDb::new().await;
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = 1")
+        .execute(db.store.pool())
+        .await
+        .expect("store a foreign checksum");
+    assert!(db.store.migrate().await.is_err());
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
