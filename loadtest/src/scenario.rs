@@ -745,9 +745,11 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
             .iter()
             .find(|p| p.instance == killed)
             .and_then(|p| p.peak_rss_kib);
-        let instance = stack.start(service)?;
+        // Restarted in place, as a supervisor does: under the same name,
+        // which takes the lease back as soon as the old session is gone.
+        let instance = stack.restart_in_place(service, &killed)?;
         eprintln!(
-            "killed {killed} with {} jobs waiting; started {instance}",
+            "killed {killed} with {} jobs waiting; restarted {instance} in place",
             status.waiting()
         );
         // Work for it: a few fresh submissions (admission and quota

@@ -63,6 +63,8 @@ pub struct Proc {
     pub child: Child,
     /// Its stats file.
     pub stats_file: PathBuf,
+    /// Its log (stdout and stderr).
+    pub log: PathBuf,
     /// Peak resident memory, KiB, read when it was stopped.
     pub peak_rss_kib: Option<u64>,
     /// Whether it has been stopped.
@@ -239,21 +241,33 @@ impl Stack {
         }
     }
 
-    /// Starts one instance of `service`; returns its instance name.
+    /// Starts one instance of `service` under a new name; returns the name.
     pub fn start(&mut self, service: &str) -> Result<String> {
         self.next_instance += 1;
         let instance = format!("{service}-{}", self.next_instance);
-        let log = self.opts.logs.join(format!("{instance}.log"));
+        self.start_named(service, &instance, &instance)
+    }
+
+    /// Starts `instance` of `service` again under the same name, as a
+    /// supervisor restarts it in place (its files get a new name).
+    pub fn restart_in_place(&mut self, service: &str, instance: &str) -> Result<String> {
+        self.next_instance += 1;
+        let files = format!("{instance}.restart-{}", self.next_instance);
+        self.start_named(service, instance, &files)
+    }
+
+    fn start_named(&mut self, service: &str, instance: &str, files: &str) -> Result<String> {
+        let log = self.opts.logs.join(format!("{files}.log"));
         let out =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone().context("log file")?;
-        let stats_file = self.opts.logs.join(format!("{instance}.stats.json"));
+        let stats_file = self.opts.logs.join(format!("{files}.stats.json"));
         let child = Command::new(self.bin_dir.join(format!("gpusched-{service}")))
             .args(self.args_for(service))
             .env("DATABASE_URL", &self.db_url)
             .env("NATS_URL", &self.opts.nats_url)
             .env("GPUSCHED_NAMESPACE", &self.namespace)
-            .env("GPUSCHED_INSTANCE", &instance)
+            .env("GPUSCHED_INSTANCE", instance)
             .env("GPUSCHED_LEASE_TTL_S", self.opts.lease_ttl_s.to_string())
             .env("GPUSCHED_MIGRATE", "false")
             .env("GPUSCHED_ADMIN_TOKEN", &self.opts.token)
@@ -269,13 +283,14 @@ impl Stack {
             .with_context(|| format!("starting gpusched-{service}"))?;
         self.procs.push(Proc {
             service: service.to_string(),
-            instance: instance.clone(),
+            instance: instance.to_string(),
             child,
             stats_file,
+            log,
             peak_rss_kib: None,
             stopped: false,
         });
-        Ok(instance)
+        Ok(instance.to_string())
     }
 
     /// Starts every service once and waits for the gateway to answer.
@@ -300,7 +315,7 @@ impl Stack {
                     bail!(
                         "gpusched-{} exited at start ({st}); see {}",
                         p.service,
-                        self.opts.logs.join(format!("{}.log", p.instance)).display()
+                        p.log.display()
                     );
                 }
             }

@@ -31,7 +31,7 @@ pub use clock::wall_clock;
 pub use follow::{follow, read_view, FollowerHealth, SharedView};
 pub use health::{health_router, serve_health, STUCK_AFTER};
 pub use leader::{is_fenced, Candidate, Leader, LeaseLost, LeaseSpec};
-pub use log::{Log, LoggedEvent, MemLog};
+pub use log::{Log, LogPages, LoggedEvent, MemLog};
 pub use projection::{Observer, Projection};
 pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{

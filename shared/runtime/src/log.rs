@@ -51,6 +51,63 @@ fn logged(events: Vec<gpusched_store::StoredEvent>) -> Vec<LoggedEvent> {
         .collect()
 }
 
+fn entries(entries: Vec<gpusched_store::LogEntry>) -> Vec<LoggedEvent> {
+    entries
+        .into_iter()
+        .map(|e| LoggedEvent {
+            seq: seq_u64(e.seq),
+            event: e.event,
+        })
+        .collect()
+}
+
+/// The log after a sequence up to a bound, page by page (`Log::pages`):
+/// Postgres reads a page ahead of the caller; the in-memory log has
+/// nothing to wait for.
+#[derive(Debug)]
+pub enum LogPages {
+    /// Pages read ahead by the store.
+    Postgres(gpusched_store::Pages),
+    /// Pages cut from the in-memory log.
+    Memory {
+        /// The log.
+        log: MemLog,
+        /// The last sequence handed out.
+        after: u64,
+        /// The last sequence to hand out.
+        upto: u64,
+        /// Events per page.
+        page: usize,
+    },
+}
+
+impl LogPages {
+    /// The next page; `None` after the last one (a page shorter than the
+    /// page size) or after an error.
+    pub async fn next(&mut self) -> Option<Result<Vec<LoggedEvent>>> {
+        match self {
+            LogPages::Postgres(p) => p.next().await.map(|r| r.map(entries)),
+            LogPages::Memory {
+                log,
+                after,
+                upto,
+                page,
+            } => {
+                if *after >= *upto {
+                    return None;
+                }
+                let mut got = log.read_from(*after, *page);
+                got.retain(|le| le.seq <= *upto);
+                *after = match (got.len() == *page, got.last()) {
+                    (true, Some(last)) => last.seq,
+                    _ => u64::MAX,
+                };
+                Some(Ok(got))
+            }
+        }
+    }
+}
+
 fn seq_i64(s: u64) -> i64 {
     i64::try_from(s).unwrap_or(i64::MAX)
 }
@@ -67,8 +124,24 @@ impl Log {
     /// Up to `limit` events after `after`, in order.
     pub async fn read_from(&self, after: u64, limit: usize) -> Result<Vec<LoggedEvent>> {
         match self {
-            Log::Postgres(s) => Ok(logged(s.read_from(seq_i64(after), limit).await?)),
+            Log::Postgres(s) => Ok(entries(
+                s.read_entries(seq_i64(after), i64::MAX, limit).await?,
+            )),
             Log::Memory(m) => Ok(m.read_from(after, limit)),
+        }
+    }
+
+    /// The events after `after` up to `upto`, in pages of `page` events
+    /// (see `LogPages`).
+    pub fn pages(&self, after: u64, upto: u64, page: usize) -> LogPages {
+        match self {
+            Log::Postgres(s) => LogPages::Postgres(s.pages(seq_i64(after), seq_i64(upto), page)),
+            Log::Memory(m) => LogPages::Memory {
+                log: m.clone(),
+                after,
+                upto,
+                page: page.max(1),
+            },
         }
     }
 

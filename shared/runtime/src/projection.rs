@@ -170,20 +170,13 @@ impl Projection {
         observe: &mut Observer<'_>,
     ) -> Result<usize> {
         let mut folded = 0;
-        while self.seq < upto {
-            let page = log.read_from(self.seq, PAGE).await?;
-            let n = page.len();
-            for le in page {
-                if le.seq > upto {
-                    break;
-                }
+        let mut pages = log.pages(self.seq, upto, PAGE);
+        while let Some(page) = pages.next().await {
+            for le in page? {
                 if le.seq == self.seq + 1 {
                     self.fold(le.seq, &le.event, observe);
                     folded += 1;
                 }
-            }
-            if n < PAGE {
-                break;
             }
         }
         Ok(folded + self.settle(observe))

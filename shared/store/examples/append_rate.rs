@@ -10,51 +10,30 @@
 
 use gpusched_events::Event;
 use gpusched_model::{JobId, JobSpec, Timestamp};
-use gpusched_store::{EventStore, NewEvent, StoreError};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection};
-use std::str::FromStr;
-use std::time::{Duration, Instant};
+use gpusched_store::{EventStore, Fence, NewEvent, StoreError};
+use std::time::Instant;
+
+mod common;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), common::Error> {
     let mut args = std::env::args().skip(1);
     let batches: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(200);
     let size: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let keys = args.next().as_deref() != Some("nokeys");
-    let admin_url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_string());
-    let name = format!("gpusched_bench_{}", std::process::id());
-    let mut admin = PgConnection::connect(&admin_url).await?;
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await?;
-    let result = run(&admin_url, &name, batches, size, keys).await;
-    sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
-        .execute(&mut admin)
-        .await?;
-    result
+    common::on_throwaway_store("gpusched_bench", |store, fence| {
+        run(store, fence, batches, size, keys)
+    })
+    .await
 }
 
 async fn run(
-    admin_url: &str,
-    name: &str,
+    store: EventStore,
+    fence: Fence,
     batches: usize,
     size: usize,
     keys: bool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let opts = PgConnectOptions::from_str(admin_url)?.database(name);
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(opts)
-        .await?;
-    let store = EventStore::new(pool.clone());
-    store.migrate().await?;
-    let lease = store
-        .acquire_lease("bench", "p", "bench-1", Duration::from_secs(600))
-        .await?
-        .ok_or("lease taken")?;
-    let fence = lease.fence();
+) -> Result<(), common::Error> {
     let ceiling = store.raw_append_ceiling(100_000, 100).await?;
     println!("raw ceiling (UNNEST into a scratch table, 100 rows/tx): {ceiling:.0} events/s");
     let mut next = 1u64;
@@ -131,6 +110,5 @@ async fn run(
         Err(StoreError::Apply { seq, source }) => println!("replay stopped at {seq}: {source}"),
         Err(e) => return Err(e.into()),
     }
-    pool.close().await;
     Ok(())
 }

@@ -12,10 +12,15 @@
 //! candidate that finds the lease *overdue* (under half its time to live
 //! left: the holder renews with two thirds left, so it missed a renewal)
 //! and can take the holder's lock knows the holder's session is gone, and
-//! takes over without waiting for the expiry. A holder that is alive but
-//! paused, or cut off from the database, keeps its lock (or had its
-//! session ended by the server, which the overdue rule covers): it is
-//! taken over at expiry, as without this module.
+//! takes over without waiting for the expiry. A candidate under the
+//! holder's own name (the same instance restarted by its supervisor: the
+//! same `--instance`, or the same host name and process id, as a container
+//! restarted in place has) takes over as soon as that lock is free, not
+//! waiting for the renewal to be overdue: a restart is not the live holder
+//! with a broken session that the overdue rule guards against. A holder
+//! that is alive but paused, or cut off from the database, keeps its lock
+//! (or had its session ended by the server, which the overdue rule
+//! covers): it is taken over at expiry, as without this module.
 //!
 //! Must never: take over a lease whose holder holds its lock, or one that
 //! was renewed after it was judged overdue (the takeover checks the epoch
@@ -33,22 +38,23 @@ use sqlx::{ConnectOptions, Connection};
 use crate::lease::{lease_from_row, lost, ttl_micros, ACQUIRE_SQL, RELEASE_SQL, RENEW_SQL};
 use crate::{EventStore, Lease, Result, StoreError};
 
-/// Takes over an overdue lease at the epoch the candidate saw ($1 service,
-/// $2 partition, $3 holder, $4 ttl µs, $5 epoch seen, $6 overdue margin
-/// µs).
+/// Takes over a lease, overdue or held under the candidate's own name, at
+/// the epoch the candidate saw ($1 service, $2 partition, $3 holder, $4
+/// ttl µs, $5 epoch seen, $6 overdue margin µs).
 const TAKE_OVER_SQL: &str = "UPDATE leases
         SET epoch = epoch + 1,
             holder = $3,
             expires_at = now() + $4::bigint * interval '1 microsecond'
       WHERE service = $1 AND partition = $2 AND epoch = $5
-        AND expires_at < now() + $6::bigint * interval '1 microsecond'
+        AND (expires_at < now() + $6::bigint * interval '1 microsecond' OR holder = $3)
      RETURNING service, partition, holder, epoch, expires_at";
 
-/// The epoch of a lease that is overdue ($1 service, $2 partition, $3
-/// overdue margin µs) but not expired (an expired one is simply taken).
-const OVERDUE_SQL: &str = "SELECT epoch FROM leases
+/// The epoch of an unexpired lease (an expired one is simply taken) that
+/// is overdue or held under the candidate's own name ($1 service, $2
+/// partition, $3 overdue margin µs, $4 the candidate's name).
+const TAKE_OVER_CANDIDATE_SQL: &str = "SELECT epoch FROM leases
       WHERE service = $1 AND partition = $2
-        AND expires_at < now() + $3::bigint * interval '1 microsecond'";
+        AND (expires_at < now() + $3::bigint * interval '1 microsecond' OR holder = $4)";
 
 /// The liveness lock of a lease at an epoch ($1 key text, $2 epoch).
 const TRY_LOCK_SQL: &str = "SELECT pg_try_advisory_lock(hashtextextended($1, $2))";
@@ -93,7 +99,7 @@ impl EventStore {
 
 impl LeaseSession {
     /// Takes the lease for `holder` for `ttl` if it is free, expired, or
-    /// overdue with its holder's session gone; `None` while another holder
+    /// overdue or held under `holder`'s name with its holder's session gone; `None` while another holder
     /// keeps it. Like `EventStore::acquire_lease`, every takeover
     /// increments the epoch.
     pub async fn acquire(&mut self, holder: &str, ttl: Duration) -> Result<Option<Lease>> {
@@ -146,16 +152,18 @@ impl LeaseSession {
         Ok(lease)
     }
 
-    /// Takes over an overdue lease whose holder's lock is free.
+    /// Takes over a lease whose holder's lock is free, when it is overdue
+    /// or held under `holder`'s own name (module docs).
     async fn take_from_the_dead(&mut self, holder: &str, ttl_us: i64) -> Result<Option<Lease>> {
         let overdue_us = ttl_us / 2;
         let (service, partition, key) = (self.service.clone(), self.partition.clone(), self.key());
         let own = self.locked;
         let conn = self.conn().await?;
-        let seen: Option<i64> = sqlx::query_scalar(OVERDUE_SQL)
+        let seen: Option<i64> = sqlx::query_scalar(TAKE_OVER_CANDIDATE_SQL)
             .bind(&service)
             .bind(&partition)
             .bind(overdue_us)
+            .bind(holder)
             .fetch_optional(&mut *conn)
             .await?;
         let Some(epoch) = seen else { return Ok(None) };

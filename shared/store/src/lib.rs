@@ -43,6 +43,7 @@ mod error;
 mod lease;
 mod lease_session;
 mod meta;
+mod read;
 mod snapshots;
 pub mod testing;
 
@@ -50,6 +51,7 @@ pub use error::{Outage, Result, StoreError};
 pub use lease::{Fence, Lease};
 pub use lease_session::LeaseSession;
 pub use meta::{aggregate_of, producer_name, AggregateKind};
+pub use read::{LogEntry, Pages};
 pub use snapshots::{Found, SkipReason, Skipped, SnapshotInfo};
 
 use chrono::{DateTime, Utc};
@@ -624,7 +626,7 @@ impl EventStore {
 
     /// Folds the events after `after_seq` up to `until` onto `state` (a
     /// state that has applied exactly the log up to `after_seq`), reading
-    /// `REPLAY_PAGE` rows at a time. Events `apply` refuses are skipped and
+    /// `REPLAY_PAGE` rows at a time, a page ahead. Events `apply` refuses are skipped and
     /// counted as superseded (module docs).
     pub async fn replay_onto(
         &self,
@@ -640,25 +642,22 @@ impl EventStore {
             last_seq: after_seq,
             ..ReplayOutcome::default()
         };
-        loop {
-            let page = self.read_range(out.last_seq, upto, REPLAY_PAGE).await?;
-            let full = page.len() == REPLAY_PAGE;
-            for se in &page {
+        let mut pages = self.pages(after_seq, upto, REPLAY_PAGE);
+        while let Some(page) = pages.next().await {
+            for entry in page? {
                 if let Until::Time(t) = until {
-                    if se.recorded_at > t {
+                    if entry.recorded_at > t {
                         return Ok(out);
                     }
                 }
-                match state.apply(&se.event) {
+                match state.apply(&entry.event) {
                     Ok(()) => out.applied += 1,
                     Err(_) => out.superseded += 1,
                 }
-                out.last_seq = se.seq;
-            }
-            if !full {
-                return Ok(out);
+                out.last_seq = entry.seq;
             }
         }
+        Ok(out)
     }
 
     /// The events carrying these idempotency keys, by key (keys not in the
@@ -737,32 +736,39 @@ impl EventStore {
     }
 }
 
+/// Decodes a row of `SELECT_COLUMNS`, by position (a lookup by name per
+/// column was most of a replay's time).
 fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
-    let seq: i64 = row.try_get("seq")?;
-    let schema_version: i32 = row.try_get("schema_version")?;
+    let seq: i64 = row.try_get(0)?;
+    let schema_version: i32 = row.try_get(5)?;
+    let payload: &str = row.try_get(11)?;
+    let event = decode_payload(seq, schema_version, payload)?;
+    Ok(StoredEvent {
+        seq,
+        recorded_at: row.try_get(1)?,
+        aggregate_kind: row.try_get(2)?,
+        aggregate_id: row.try_get(3)?,
+        kind: row.try_get(4)?,
+        schema_version,
+        producer: row.try_get(6)?,
+        epoch: row.try_get(7)?,
+        causation_id: row.try_get(8)?,
+        correlation_id: row.try_get(9)?,
+        idempotency_key: row.try_get(10)?,
+        event,
+    })
+}
+
+/// The event in a row's payload; a newer schema than this build knows is
+/// refused rather than misread.
+fn decode_payload(seq: i64, schema_version: i32, payload: &str) -> Result<Event> {
     if schema_version > SCHEMA_VERSION {
         return Err(StoreError::UnknownSchema {
             seq,
             version: schema_version,
         });
     }
-    let payload: String = row.try_get("payload")?;
-    let event: Event =
-        serde_json::from_str(&payload).map_err(|source| StoreError::Decode { seq, source })?;
-    Ok(StoredEvent {
-        seq,
-        recorded_at: row.try_get("recorded_at")?,
-        aggregate_kind: row.try_get("aggregate_kind")?,
-        aggregate_id: row.try_get("aggregate_id")?,
-        kind: row.try_get("kind")?,
-        schema_version,
-        producer: row.try_get("producer")?,
-        epoch: row.try_get("epoch")?,
-        causation_id: row.try_get("causation_id")?,
-        correlation_id: row.try_get("correlation_id")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        event,
-    })
+    serde_json::from_str(payload).map_err(|source| StoreError::Decode { seq, source })
 }
 
 #[cfg(test)]

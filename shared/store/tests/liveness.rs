@@ -1,5 +1,6 @@
 //! Lease liveness against a real Postgres: a holder whose session is gone
-//! is taken over once its renewal is overdue, before its lease expires; a
+//! is taken over once its renewal is overdue, before its lease expires (at
+//! once by an instance restarted under the holder's name); a
 //! holder alive (paused, or renewing) is not; a holder whose session the
 //! server ended takes its lock again at its next renewal.
 
@@ -57,6 +58,41 @@ async fn a_holder_whose_session_is_gone_is_taken_over_before_expiry() {
     // Not before the holder missed its renewal (half the TTL left).
     let half = chrono::Duration::from_std(ttl / 2).expect("ttl");
     assert!(at >= old.expires_at - half, "taken at {at}, too early");
+}
+
+/// A supervisor restarts an instance under its own name: it takes its
+/// lease back as soon as the old process's session is gone, not half a
+/// TTL later; an instance alive under that name keeps it.
+#[tokio::test]
+async fn a_holder_restarted_under_its_own_name_takes_its_lease_back_at_once() {
+    let db = TestDb::new().await;
+    let ttl = Duration::from_secs(10);
+    let mut holder = db.store.lease_session(SERVICE, PARTITION);
+    let old = take(&mut holder, "placement-0", ttl)
+        .await
+        .expect("free lease");
+    let mut twin = db.store.lease_session(SERVICE, PARTITION);
+    assert_eq!(
+        take(&mut twin, "placement-0", ttl).await,
+        None,
+        "the holder under that name is alive"
+    );
+
+    drop(holder);
+    let mut stranger = db.store.lease_session(SERVICE, PARTITION);
+    let mut restarted = db.store.lease_session(SERVICE, PARTITION);
+    let new = take_when_possible(&mut restarted, "placement-0", ttl).await;
+    assert_eq!(new.epoch, old.epoch + 1);
+    let at = taken_at(&new, ttl);
+    let half = chrono::Duration::from_std(ttl / 2).expect("ttl");
+    assert!(
+        at < old.expires_at - half,
+        "taken at {at}: waited for the renewal to be overdue ({})",
+        old.expires_at - half
+    );
+    // Another name still waits for an overdue renewal: the restarted
+    // instance holds the lease and its lock now.
+    assert_eq!(take(&mut stranger, "placement-1", ttl).await, None);
 }
 
 #[tokio::test]

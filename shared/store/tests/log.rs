@@ -520,7 +520,10 @@ async fn a_log_migrated_by_the_first_release_still_migrates() {
         .expect("store the first release's checksum");
     assert_ne!(hex_of(&current), FIRST_RELEASE_CHECKSUM);
 
-    db.store.migrate().await.expect("migrate a first-release log");
+    db.store
+        .migrate()
+        .await
+        .expect("migrate a first-release log");
 
     let after: Vec<u8> =
         sqlx::query_scalar("SELECT checksum FROM _sqlx_migrations WHERE version = 1")
