@@ -211,26 +211,26 @@ async fn read_tail(log: &Log, view: &SharedView, health: &FollowerHealth) -> boo
         }
     }
 }
-/// Folds the log after the view's position into it, page by page, without
-/// holding the lock across a read; then folds waiting batches that became
-/// contiguous.
+
+/// Folds the log after the view's position into it, page by page (the
+/// next read while one is folded), without holding the lock across a
+/// read; then folds waiting batches that became contiguous. Events the
+/// bus brought meanwhile are skipped (`fold_one` takes only the next).
 async fn fold_log_tail(
     log: &Log,
     view: &SharedView,
     observe: &mut crate::projection::Observer<'_>,
 ) -> anyhow::Result<()> {
     const PAGE: usize = 10_000;
-    loop {
-        let from = read_view(view).seq();
-        let page = log.read_from(from, PAGE).await?;
-        let n = page.len();
+    let from = read_view(view).seq();
+    let mut pages = log.pages(from, u64::MAX, PAGE);
+    while let Some(page) = pages.next().await {
+        let page = page?;
         let mut p = write_view(view);
         for le in page {
             p.fold_one(le.seq, &le.event, observe);
         }
         p.settle(observe);
-        if n < PAGE {
-            return Ok(());
-        }
     }
+    Ok(())
 }
