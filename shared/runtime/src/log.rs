@@ -41,24 +41,27 @@ fn seq_u64(s: i64) -> u64 {
     u64::try_from(s).unwrap_or(0)
 }
 
-fn logged(events: Vec<gpusched_store::StoredEvent>) -> Vec<LoggedEvent> {
-    events
-        .into_iter()
-        .map(|e| LoggedEvent {
+impl From<gpusched_store::StoredEvent> for LoggedEvent {
+    fn from(e: gpusched_store::StoredEvent) -> Self {
+        LoggedEvent {
             seq: seq_u64(e.seq),
             event: e.event,
-        })
-        .collect()
+        }
+    }
 }
 
-fn entries(entries: Vec<gpusched_store::LogEntry>) -> Vec<LoggedEvent> {
-    entries
-        .into_iter()
-        .map(|e| LoggedEvent {
+impl From<gpusched_store::LogEntry> for LoggedEvent {
+    fn from(e: gpusched_store::LogEntry) -> Self {
+        LoggedEvent {
             seq: seq_u64(e.seq),
             event: e.event,
-        })
-        .collect()
+        }
+    }
+}
+
+/// Rows read from the store as the runtime's events.
+fn logged<E: Into<LoggedEvent>>(events: Vec<E>) -> Vec<LoggedEvent> {
+    events.into_iter().map(Into::into).collect()
 }
 
 /// The log after a sequence up to a bound, page by page (`Log::pages`):
@@ -86,7 +89,7 @@ impl LogPages {
     /// page size) or after an error.
     pub async fn next(&mut self) -> Option<Result<Vec<LoggedEvent>>> {
         match self {
-            LogPages::Postgres(p) => p.next().await.map(|r| r.map(entries)),
+            LogPages::Postgres(p) => p.next().await.map(|r| r.map(logged)),
             LogPages::Memory {
                 log,
                 after,
@@ -124,7 +127,7 @@ impl Log {
     /// Up to `limit` events after `after`, in order.
     pub async fn read_from(&self, after: u64, limit: usize) -> Result<Vec<LoggedEvent>> {
         match self {
-            Log::Postgres(s) => Ok(entries(
+            Log::Postgres(s) => Ok(logged(
                 s.read_entries(seq_i64(after), i64::MAX, limit).await?,
             )),
             Log::Memory(m) => Ok(m.read_from(after, limit)),
