@@ -99,9 +99,9 @@ impl EventStore {
 
 impl LeaseSession {
     /// Takes the lease for `holder` for `ttl` if it is free, expired, or
-    /// overdue or held under `holder`'s name with its holder's session gone; `None` while another holder
-    /// keeps it. Like `EventStore::acquire_lease`, every takeover
-    /// increments the epoch.
+    /// overdue or held under `holder`'s name with its holder's session
+    /// gone; `None` while another holder keeps it. Like
+    /// `EventStore::acquire_lease`, every takeover increments the epoch.
     pub async fn acquire(&mut self, holder: &str, ttl: Duration) -> Result<Option<Lease>> {
         let result = self.try_acquire(holder, ttl).await;
         self.forget_broken(result)

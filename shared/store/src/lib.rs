@@ -736,8 +736,8 @@ impl EventStore {
     }
 }
 
-/// Decodes a row of `SELECT_COLUMNS`, by position (a lookup by name per
-/// column was most of a replay's time).
+/// Decodes a row of `SELECT_COLUMNS`, by position: the indices follow that
+/// list's order, so a column added there is added here at its place.
 fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
     let seq: i64 = row.try_get(0)?;
     let schema_version: i32 = row.try_get(5)?;
