@@ -333,9 +333,10 @@ pub fn decide(
                     at: now,
                 });
             }
-            // A failure only for want of old-enough victims is not
-            // remembered: time alone may cure it.
-            None if !tally.young => {
+            // Not remembered: a failure only for want of old-enough victims
+            // (time alone may cure it), nor a job that needs no victims
+            // (others binding first take its room without a version bump).
+            None if !tally.young && !tally.fits_without_victims => {
                 memo.preempt_failed.insert(id, stamp);
             }
             None => {}
@@ -466,6 +467,8 @@ struct Tally {
     sets: u64,
     /// A candidate was passed over only for being younger than `min_runtime`.
     young: bool,
+    /// The beneficiary fits as things stand: nobody need leave.
+    fits_without_victims: bool,
 }
 
 /// The candidates a beneficiary may take from, bounded.
@@ -761,6 +764,11 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
             &mut probes,
         )
         .is_some();
+    if fits_now && need.quota == 0 {
+        // Room and quota both exist: placement will bind it.
+        tally.fits_without_victims = true;
+        return None;
+    }
     let (cands, slack) = candidates(s, tally, !fits_now);
     let sets = &mut tally.sets;
     if cands.is_empty() {
@@ -793,9 +801,6 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
     let mut best: Option<(u64, Vec<usize>, Option<DomainIdx>)> = None;
     if fits_now {
         // Room exists; only quota is missing.
-        if need.quota == 0 {
-            return None;
-        }
         let mut chosen: Vec<usize> = Vec::new();
         add_for_quota(
             &cands,
@@ -872,6 +877,7 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
     let (_, chosen, d) = best?;
     if chosen.is_empty() {
         // It fits without anyone leaving: placement will bind it.
+        tally.fits_without_victims = true;
         return None;
     }
     let reserve = match d {
