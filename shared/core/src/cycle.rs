@@ -109,9 +109,9 @@ pub struct ScanMemo {
     pub tenant_blocked: FxHashMap<TenantIdx, (u64, u64)>,
     /// Flavor → capacity version when nothing more could be placed.
     pub flavor_blocked: FxHashMap<FlavorIdx, u64>,
-    /// Beneficiary → (running, capacity, cohort versions) when no victim set
-    /// could be found.
-    pub preempt_failed: FxHashMap<JobId, (u64, u64, u64)>,
+    /// Beneficiary → what its search depended on when no victim set could
+    /// be found.
+    pub preempt_failed: FxHashMap<JobId, preemption::SearchStamp>,
     /// Reservation owner → capacity version when its re-plan found nothing better.
     pub reservation_checked: FxHashMap<JobId, u64>,
 }

@@ -199,6 +199,37 @@ fn costed(cfg: &CycleConfig, job: &Job, now: Timestamp) -> Cand {
     cand
 }
 
+/// What a failed victim search depended on: while none of it changes,
+/// the search would fail again. Running jobs (new candidates), the
+/// flavor's capacity and the cohort's and tenant's releases (more room or
+/// quota), and what the beneficiary needs (its quota deficit and flavor
+/// change when it is admitted or others' usage moves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SearchStamp {
+    running: u64,
+    capacity: u64,
+    cohort: u64,
+    tenant: u64,
+    flavor: FlavorIdx,
+    quota: Gpus,
+}
+
+impl SearchStamp {
+    fn of(state: &State, job: &Job, need: &Need) -> Self {
+        let tenant = job.tenant.map(|t| state.tenant(t));
+        SearchStamp {
+            running: state.running_version(),
+            capacity: state.capacity_version(need.flavor),
+            cohort: tenant
+                .and_then(|t| t.cohort)
+                .map_or(0, |c| state.cohort(c).version),
+            tenant: tenant.map_or(0, |t| t.version),
+            flavor: need.flavor,
+            quota: need.quota,
+        }
+    }
+}
+
 /// What a beneficiary needs freed.
 struct Need {
     flavor: FlavorIdx,
@@ -285,13 +316,7 @@ pub fn decide(
         let Some(need) = need_of(state, job) else {
             continue;
         };
-        let stamp = (
-            state.running_version(),
-            state.capacity_version(need.flavor),
-            job.tenant
-                .and_then(|t| state.tenant(t).cohort)
-                .map_or(0, |c| state.cohort(c).version),
-        );
+        let stamp = SearchStamp::of(state, job, &need);
         if memo.preempt_failed.get(&id) == Some(&stamp) {
             continue;
         }
