@@ -256,6 +256,11 @@ pub struct SubmitArgs {
     /// With a .jsonl file, line N's job gets the key KEY-N.
     #[arg(long)]
     key: Option<String>,
+    /// Submit a job array: one job per index (`0-999`, `1,3,5-9`,
+    /// `0-98:2`; at most 1000), each with GPUSCHED_ARRAY_INDEX in its
+    /// environment. Cancel it as one with `gpusched cancel --array ID`.
+    #[arg(long, value_name = "INDICES")]
+    array: Option<String>,
     #[command(flatten)]
     conn: Conn,
 }
@@ -276,27 +281,61 @@ fn spec_body(a: &SubmitArgs) -> Result<Value> {
 /// `gpusched submit`.
 pub async fn submit(a: SubmitArgs) -> Result<()> {
     if let Some(path) = a.file.as_deref().filter(|p| SpecFile::is_lines(p)) {
+        if a.array.is_some() {
+            return Err(fail(
+                exit::USAGE,
+                "--array takes one job spec, not a .jsonl file of many",
+            ));
+        }
         let c = a.conn.client()?;
         return crate::batch::submit_lines(&c, path, &a.spec, a.key.as_deref()).await;
     }
     let body = spec_body(&a)?;
+    if let Some(indices) = &a.array {
+        return submit_array(&a, body, indices).await;
+    }
+    if let Some((what, v)) = post_submission(&a, "/v1/jobs", &body).await? {
+        say!("{what}job {}", u(&v, "id"));
+    }
+    Ok(())
+}
+
+/// `gpusched submit --array INDICES`.
+async fn submit_array(a: &SubmitArgs, spec: Value, indices: &str) -> Result<()> {
+    gpusched_model::parse_array_indices(indices)
+        .map_err(|e| fail(exit::USAGE, format!("--array: {e}")))?;
+    let body = json!({ "spec": spec, "indices": indices });
+    if let Some((what, v)) = post_submission(a, "/v1/arrays", &body).await? {
+        say!("{what}array {} with {} tasks", u(&v, "id"), u(&v, "tasks"));
+    }
+    Ok(())
+}
+
+/// Posts a submission with `--key` as its idempotency key. With `--json`
+/// prints the answer and returns `None`; otherwise returns the answer and
+/// the words that start the line to print: `submitted ` for a new one,
+/// `already submitted with this key: ` for a repeat.
+async fn post_submission(
+    a: &SubmitArgs,
+    path: &str,
+    body: &Value,
+) -> Result<Option<(&'static str, Value)>> {
     let c = a.conn.client()?;
-    let mut req = c.request(reqwest::Method::POST, "/v1/jobs").json(&body);
+    let mut req = c.request(reqwest::Method::POST, path).json(body);
     if let Some(k) = &a.key {
         req = req.header("Idempotency-Key", k);
     }
     let (status, v) = c.send(req).await?;
     if c.json {
         c.print_json(&v);
-    } else {
-        let id = v.get("id").and_then(Value::as_u64).unwrap_or(0);
-        if status == 200 {
-            say!("job {id} (already submitted with this key)");
-        } else {
-            say!("submitted job {id}");
-        }
+        return Ok(None);
     }
-    Ok(())
+    let what = if status == 200 {
+        "already submitted with this key: "
+    } else {
+        "submitted "
+    };
+    Ok(Some((what, v)))
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> &'a str {
@@ -674,15 +713,40 @@ pub async fn list(a: ListArgs) -> Result<()> {
 #[derive(clap::Args, Debug)]
 pub struct CancelArgs {
     /// Job ids.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "array", conflicts_with = "array")]
     jobs: Vec<u64>,
+    /// Cancel every task of this job array (its id, as `submit --array`
+    /// printed it) instead.
+    #[arg(long, value_name = "ID")]
+    array: Option<u64>,
     #[command(flatten)]
     conn: Conn,
+}
+
+/// `gpusched cancel --array ID`.
+async fn cancel_array(c: &Client, id: u64) -> Result<()> {
+    let (_, v) = c
+        .send(c.request(reqwest::Method::DELETE, &format!("/v1/arrays/{id}")))
+        .await?;
+    if c.json {
+        c.print_json(&v);
+    } else {
+        say!(
+            "array {id}: {} cancelled, {} cancelling (they stop after a final checkpoint if they checkpoint), {} had ended",
+            u(&v, "cancelled"),
+            u(&v, "cancelling"),
+            u(&v, "ended")
+        );
+    }
+    Ok(())
 }
 
 /// `gpusched cancel JOB...`: stops at the first failure.
 pub async fn cancel(a: CancelArgs) -> Result<()> {
     let c = a.conn.client()?;
+    if let Some(id) = a.array {
+        return cancel_array(&c, id).await;
+    }
     let mut out = Vec::new();
     for id in &a.jobs {
         let (_, v) = c

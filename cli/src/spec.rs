@@ -728,6 +728,8 @@ mod tests {
             env: [("A".to_string(), "1".to_string())].into(),
             working_dir: Some("/tmp".into()),
             checkpoint_signal: Some("SIGUSR2".into()),
+            // Set by the gateway on an array's tasks, never in a file.
+            array: None,
         };
         let keys = |v: Value| -> BTreeSet<String> {
             match v {

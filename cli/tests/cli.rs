@@ -737,3 +737,100 @@ fn bad_command_env_and_signal_are_usage_errors_before_any_request() {
     assert_eq!(offline(&["logs", "1", "--worker", "x"]).0, Some(2));
     assert_eq!(offline(&["logs", "1", "--err", "--follow"]).0, Some(6));
 }
+
+#[test]
+fn a_job_array_is_submitted_and_cancelled_as_one() {
+    let dev = Dev::start();
+    let submit = [
+        "submit",
+        "-t",
+        "vision",
+        "-G",
+        "1",
+        "--max-runtime",
+        "360000",
+        "--array",
+        "0-2,7",
+        "--key",
+        "arr",
+    ];
+    let out = dev.ok(VISION, &submit);
+    assert!(out.starts_with("submitted array "), "{out}");
+    assert!(out.contains("4 tasks"), "{out}");
+    let id = submitted_id(&out);
+    let tasks = || -> Vec<(u64, u64, String)> {
+        let v: serde_json::Value =
+            serde_json::from_str(&dev.ok(VISION, &["list", "--json"])).unwrap();
+        let mut t: Vec<(u64, u64, String)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["spec"]["array"]["array"] == id)
+            .map(|j| {
+                (
+                    j["spec"]["array"]["index"].as_u64().unwrap(),
+                    j["id"].as_u64().unwrap(),
+                    j["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        t.sort();
+        t
+    };
+    let indices: Vec<u64> = tasks().iter().map(|t| t.0).collect();
+    assert_eq!(indices, [0, 1, 2, 7]);
+    let again = dev.ok(VISION, &submit);
+    assert_eq!(
+        again.trim(),
+        format!("already submitted with this key: array {id} with 4 tasks")
+    );
+
+    dev.wait_state(id, "running");
+    let c = dev.ok(VISION, &["cancel", "--array", &id.to_string()]);
+    assert!(c.starts_with(&format!("array {id}: ")), "{c}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tasks().iter().any(|t| t.2 != "cancelled") {
+        assert!(Instant::now() < deadline, "{:?}", tasks());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The running one stopped through its agent, after a request.
+    let ex = dev.ok(VISION, &["explain", &id.to_string()]);
+    assert!(
+        ex.contains(&format!("submitted as task 0 of array {id} to vision")),
+        "{ex}"
+    );
+    assert!(ex.contains("cancel requested"), "{ex}");
+    let c = dev.ok(VISION, &["cancel", "--array", &id.to_string()]);
+    assert!(
+        c.contains("0 cancelled, 0 cancelling") && c.contains("4 had ended"),
+        "{c}"
+    );
+    // No such array: not found (exit 3).
+    let o = dev.run(VISION, &["cancel", "--array", "999999"]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn a_bad_array_is_a_usage_error_before_any_request() {
+    for (args, want) in [
+        (
+            &["submit", "-t", "v", "-G", "1", "--array", "5-1"][..],
+            "--array",
+        ),
+        (
+            &["submit", "-t", "v", "-G", "1", "--array", "0-1000"][..],
+            "at most 1000",
+        ),
+        (&["cancel", "--array", "3", "7"][..], "cannot be used with"),
+        (&["cancel"][..], "required"),
+    ] {
+        let (code, err) = offline(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

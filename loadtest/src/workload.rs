@@ -223,6 +223,7 @@ pub fn reclaim(
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     };
     let fill = (0..nodes)
         .map(|_| job(RECLAIM_BORROWER, runtime_s))

@@ -383,7 +383,7 @@ fn launch_of(j: &Job, local_rank: u32, master: &str, cfg: &RelayConfig) -> Launc
     let port = u64::from(cfg.master_port_base) + j.id.0 % span;
     Launch {
         command: j.spec.command.clone(),
-        env: j.spec.env.clone(),
+        env: env_of(&j.spec),
         working_dir: j.spec.working_dir.clone(),
         gpus: j.spec.gpus_per_worker,
         world_size: j.spec.workers,
@@ -398,6 +398,17 @@ fn launch_of(j: &Job, local_rank: u32, master: &str, cfg: &RelayConfig) -> Launc
         resume_from: j.last_checkpoint.as_ref().map(|c| c.uri.clone()),
         max_runtime_s: j.spec.max_runtime_s,
     }
+}
+
+/// The spec's environment, with an array task's place in its array
+/// (`GPUSCHED_ARRAY_ID`, `GPUSCHED_ARRAY_INDEX`) over any the spec sets.
+fn env_of(spec: &gpusched_model::JobSpec) -> BTreeMap<String, String> {
+    let mut env = spec.env.clone();
+    if let Some(a) = spec.array {
+        env.insert("GPUSCHED_ARRAY_ID".into(), a.array.to_string());
+        env.insert("GPUSCHED_ARRAY_INDEX".into(), a.index.to_string());
+    }
+    env
 }
 
 /// The newest complete checkpoint of this run the workers saw, as the log

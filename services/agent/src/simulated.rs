@@ -343,6 +343,7 @@ pub(crate) mod tests {
                     env: Default::default(),
                     working_dir: None,
                     checkpoint_signal: None,
+                    array: None,
                 },
                 at: Timestamp(2_000),
             });

@@ -12,7 +12,7 @@ use gpusched_agent::net::NodeNet;
 use gpusched_agent::protocol::{status_subject, NodeStatus, WorkerKey, WorkerState, WorkerStatus};
 use gpusched_core::Phase;
 use gpusched_events::{Event, Outcome};
-use gpusched_model::CheckpointPolicy;
+use gpusched_model::{CheckpointPolicy, JobId};
 use gpusched_runtime::read_view;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -53,22 +53,60 @@ async fn exit_zero_succeeds_and_exit_three_fails_with_its_code() {
         c.explain(bad).await
     );
     // The worker really ran: its output is on its node.
-    let node = events
-        .iter()
-        .find_map(|e| match e {
-            Event::JobBound {
-                job, assignments, ..
-            } if *job == ok => Some(assignments[0].node),
-            _ => None,
-        })
-        .expect("bound");
-    let name = read_view(&c.gw.view).state().nodes()[node.index()]
-        .spec
-        .name
-        .clone();
-    let out = c.stdout(&name, ok, 1, 0);
+    let out = c.stdout(&c.node_of_finished(ok).await, ok, 1, 0);
     assert!(out.contains("step 3"), "{out}");
     assert!(out.contains("CUDA_VISIBLE_DEVICES=0"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_task_of_an_array_runs_with_its_index_in_its_environment() {
+    let c = Cluster::start(vec![tenant("a", 2)], &["n1", "n2"]).await;
+    let knobs = [("TRAINER_STEPS", "1"), ("TRAINER_STEP_S", "0.05")];
+    let first =
+        c.gw.submitter
+            .try_submit_array(job("a", 1, &knobs), vec![4, 0, 9], None)
+            .await
+            .expect("submitted")
+            .job;
+    let tasks: Vec<(JobId, u32)> = {
+        c.wait_for("the array in the view", |c| {
+            read_view(&c.gw.view)
+                .state()
+                .jobs()
+                .filter(|j| j.spec.array.is_some())
+                .count()
+                == 3
+        })
+        .await;
+        let view = read_view(&c.gw.view);
+        view.state()
+            .jobs()
+            .filter_map(|j| j.spec.array.map(|a| (j.id, a.index, a.array)))
+            .inspect(|t| assert_eq!(t.2, first.0, "every task names the first"))
+            .map(|(id, index, _)| (id, index))
+            .collect()
+    };
+    let mut indices: Vec<u32> = tasks.iter().map(|t| t.1).collect();
+    indices.sort_unstable();
+    assert_eq!(indices, [0, 4, 9]);
+    for &(id, _) in &tasks {
+        c.wait_phase(id, Phase::Succeeded).await;
+    }
+    for &(id, index) in &tasks {
+        let out = c.stdout(&c.node_of_finished(id).await, id, 1, 0);
+        assert!(
+            out.contains(&format!("GPUSCHED_ARRAY_INDEX={index}\n")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("GPUSCHED_ARRAY_ID={}\n", first.0)),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("GPUSCHED_JOB_ID={}\n", id.0)),
+            "{out}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -157,6 +157,12 @@ pub(crate) fn check_submission(
 ) -> Result<(), ApiError> {
     spec.check_fields()
         .map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    if spec.array.is_some() {
+        return Err(ApiError::field(
+            "array",
+            "is set by the gateway on an array's tasks; submit an array with POST /v1/arrays",
+        ));
+    }
     if !who.may_touch(&spec.tenant) {
         // Tenant names are no secret (`/v1/queues` lists them): an unknown
         // one is a 400 listing the tenant this token may use.

@@ -11,6 +11,7 @@
 //! recorded; the admission service judges it), answer a write before its
 //! event is committed to the log, or answer bad input with a 5xx.
 
+mod arrays;
 mod auth;
 mod batch;
 mod cluster;
@@ -191,6 +192,8 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
                 .layer(DefaultBodyLimit::max(batch::MAX_BATCH_BODY_BYTES)),
         )
         .routes(routes!(jobs::get_job, jobs::cancel_job))
+        .routes(routes!(arrays::submit_array))
+        .routes(routes!(arrays::get_array, arrays::cancel_array))
         .routes(routes!(jobs::job_events))
         .routes(routes!(jobs::explain_job))
         .routes(routes!(logs::job_logs))

@@ -8,19 +8,21 @@
 //! `Unavailable` quickly, never left waiting. Must never: reply before the
 //! append committed, or publish before it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpusched_bus::BatchV1;
 use gpusched_events::Event;
-use gpusched_model::{JobId, JobSpec};
-use gpusched_runtime::{is_fenced, wall_clock, Bus, Leader, LeaseSpec, Log};
+use gpusched_model::{ArrayTask, JobId, JobSpec, Timestamp};
+use gpusched_runtime::{is_fenced, wall_clock, Bus, Leader, LeaseSpec, Log, LoggedEvent};
 use gpusched_store::{producer_name, Fence, NewEvent};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// Requests taken into one append at most.
+/// Events taken into one append: requests are added until it is reached
+/// (an array's tasks count one each).
 const MAX_BATCH: usize = 2048;
 
 /// A submission's result.
@@ -56,8 +58,105 @@ pub enum SubmitError {
 enum Work {
     /// A new job: its id is drawn from the log.
     Submit(JobSpec),
+    /// A job array: one job per index, ids drawn from the log; the first
+    /// task's id names the array.
+    SubmitArray(JobSpec, Vec<u32>),
     /// Events written as given (cancellations, admin changes).
     Write(Vec<Event>),
+}
+
+impl Work {
+    /// Job ids it needs drawn.
+    fn ids_needed(&self) -> usize {
+        match self {
+            Work::Submit(_) => 1,
+            Work::SubmitArray(_, indices) => indices.len(),
+            Work::Write(_) => 0,
+        }
+    }
+
+    /// Events it appends.
+    fn events(&self) -> usize {
+        match self {
+            Work::Write(events) => events.len(),
+            _ => self.ids_needed(),
+        }
+    }
+
+    /// Its events, drawing job ids from `ids`.
+    fn to_events(&self, ids: &mut impl Iterator<Item = u64>, now: Timestamp) -> Vec<Event> {
+        match self {
+            Work::Submit(spec) => vec![Event::JobSubmitted {
+                job: JobId(ids.next().unwrap_or(0)),
+                spec: spec.clone(),
+                at: now,
+            }],
+            Work::SubmitArray(spec, indices) => {
+                let jobs: Vec<u64> = ids.take(indices.len()).collect();
+                let array = jobs.first().copied().unwrap_or(0);
+                jobs.into_iter()
+                    .zip(indices)
+                    .map(|(job, &index)| Event::JobSubmitted {
+                        job: JobId(job),
+                        spec: JobSpec {
+                            array: Some(ArrayTask { array, index }),
+                            ..spec.clone()
+                        },
+                        at: now,
+                    })
+                    .collect()
+            }
+            Work::Write(events) => events.clone(),
+        }
+    }
+
+    /// The keys to look up when this request's `key` was seen before: its
+    /// first event's, and for an array its last task's and the one after.
+    fn keys_to_check(&self, key: &str) -> Vec<String> {
+        match self {
+            Work::SubmitArray(_, indices) if indices.len() > 1 => vec![
+                key.to_string(),
+                format!("{key}#{}", indices.len() - 1),
+                format!("{key}#{}", indices.len()),
+            ],
+            _ => vec![key.to_string()],
+        }
+    }
+
+    /// Whether what the log holds under `key` (looked up by
+    /// [`Work::keys_to_check`]) is what this request would have written
+    /// first (a repeat, not a reused key). An array repeats when its spec,
+    /// its task count and its first and last indices are the same.
+    fn repeats(&self, key: &str, earlier: &HashMap<String, LoggedEvent>) -> bool {
+        let Some(first) = earlier.get(key).map(|le| &le.event) else {
+            return false;
+        };
+        let index_of = |k: &str| match earlier.get(k).map(|le| &le.event) {
+            Some(Event::JobSubmitted { spec, .. }) => spec.array.map(|a| a.index),
+            _ => None,
+        };
+        match (self, first) {
+            (Work::Submit(spec), Event::JobSubmitted { spec: was, .. }) => spec == was,
+            (Work::SubmitArray(spec, indices), Event::JobSubmitted { spec: was, .. }) => {
+                let n = indices.len();
+                let last_key = if n > 1 {
+                    format!("{key}#{}", n - 1)
+                } else {
+                    key.to_string()
+                };
+                *spec
+                    == (JobSpec {
+                        array: None,
+                        ..was.clone()
+                    })
+                    && index_of(key) == indices.first().copied()
+                    && index_of(&last_key) == indices.last().copied()
+                    && !earlier.contains_key(&format!("{key}#{n}"))
+            }
+            (Work::Write(evs), ev) => evs.first().map(Event::kind) == Some(ev.kind()),
+            _ => false,
+        }
+    }
 }
 
 struct Request {
@@ -87,6 +186,20 @@ impl Submitter {
         key: Option<String>,
     ) -> Result<Submitted, SubmitError> {
         self.send(Work::Submit(spec), key, true).await
+    }
+
+    /// Submits a job array: one job per index (the spec with its
+    /// [`ArrayTask`]), all in one append. The reply's `job` is the first
+    /// task's, which names the array; its `seq` is the last task's. Answers
+    /// [`SubmitError::Busy`] at once when the writer's queue is full.
+    pub async fn try_submit_array(
+        &self,
+        spec: JobSpec,
+        indices: Vec<u32>,
+        key: Option<String>,
+    ) -> Result<Submitted, SubmitError> {
+        self.send(Work::SubmitArray(spec, indices), key, false)
+            .await
     }
 
     /// Like [`Submitter::submit`], but answers [`SubmitError::Busy`] at
@@ -280,10 +393,14 @@ async fn writer(mut w: Writer, mut rx: mpsc::Receiver<Request>, shutdown: Cancel
                 continue;
             }
         };
+        let mut events = first.work.events();
         let mut reqs = vec![first];
-        while reqs.len() < MAX_BATCH {
+        while events < MAX_BATCH {
             match rx.try_recv() {
-                Ok(r) => reqs.push(r),
+                Ok(r) => {
+                    events += r.work.events();
+                    reqs.push(r);
+                }
                 Err(_) => break,
             }
         }
@@ -308,11 +425,61 @@ enum Written {
     Fenced,
 }
 
-async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) -> Written {
-    let submits = reqs
+/// Answers, without writing them, the keyed arrays whose key the log holds
+/// already (a repeat, or a reused key): an array's later tasks have keys
+/// of their own, so a different array sent with the key must not reach the
+/// append, where those would be new. Returns the requests still to write,
+/// or `None` when the log could not be read (every request is answered).
+async fn answer_known_arrays(log: &Log, reqs: Vec<Request>) -> Option<Vec<Request>> {
+    let keys: Vec<String> = reqs
         .iter()
-        .filter(|r| matches!(r.work, Work::Submit(_)))
-        .count();
+        .filter(|r| matches!(r.work, Work::SubmitArray(..)))
+        .filter_map(|r| r.key.as_deref().map(|k| r.work.keys_to_check(k)))
+        .flatten()
+        .collect();
+    if keys.is_empty() {
+        return Some(reqs);
+    }
+    let earlier = match log.events_by_keys(&keys).await {
+        Ok(m) => m,
+        Err(e) => {
+            fail_all(reqs, &e.to_string());
+            return None;
+        }
+    };
+    let mut rest = Vec::with_capacity(reqs.len());
+    for r in reqs {
+        let known = match (&r.work, r.key.as_deref()) {
+            (Work::SubmitArray(..), Some(k)) => earlier.get(k).map(|le| (k, le)),
+            _ => None,
+        };
+        match known {
+            Some((k, le)) => {
+                let reply = if r.work.repeats(k, &earlier) {
+                    Ok(Submitted {
+                        job: le.event.job().unwrap_or(JobId(0)),
+                        created: false,
+                        seq: le.seq,
+                    })
+                } else {
+                    Err(SubmitError::KeyReused)
+                };
+                let _ = r.reply.send(reply);
+            }
+            None => rest.push(r),
+        }
+    }
+    Some(rest)
+}
+
+async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) -> Written {
+    let Some(reqs) = answer_known_arrays(log, reqs).await else {
+        return Written::LogFailed;
+    };
+    if reqs.is_empty() {
+        return Written::Ok;
+    }
+    let submits: usize = reqs.iter().map(|r| r.work.ids_needed()).sum();
     let mut ids = match u32::try_from(submits) {
         Ok(0) => Vec::new(),
         Ok(n) => match log.allocate_job_ids(n).await {
@@ -339,15 +506,7 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
     let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(reqs.len());
     for r in &reqs {
         let from = batch.len();
-        let events = match &r.work {
-            Work::Submit(spec) => vec![Event::JobSubmitted {
-                job: JobId(ids.next().unwrap_or(0)),
-                spec: spec.clone(),
-                at: now,
-            }],
-            Work::Write(events) => events.clone(),
-        };
-        for (i, ev) in events.into_iter().enumerate() {
+        for (i, ev) in r.work.to_events(&mut ids, now).into_iter().enumerate() {
             let ne = NewEvent::new(ev);
             batch.push(match (&r.key, i) {
                 (Some(k), 0) => ne.idempotency_key(k.clone()),
@@ -373,7 +532,8 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
         .iter()
         .zip(&spans)
         .filter(|(_, sp)| sp.start < sp.end && out.seqs.get(sp.start).is_some_and(|s| s.is_none()))
-        .filter_map(|(r, _)| r.key.clone())
+        .filter_map(|(r, _)| r.key.as_deref().map(|k| r.work.keys_to_check(k)))
+        .flatten()
         .collect();
     let earlier = if dup_keys.is_empty() {
         Default::default()
@@ -413,28 +573,13 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
                         .unwrap_or(0),
                 })
             }
-            Some(None) => match r.key.as_ref().and_then(|k| earlier.get(k)) {
-                Some(le) => match (&r.work, &le.event) {
-                    (Work::Submit(spec), Event::JobSubmitted { job, spec: was, .. }) => {
-                        if spec == was {
-                            Ok(Submitted {
-                                job: *job,
-                                created: false,
-                                seq: le.seq,
-                            })
-                        } else {
-                            Err(SubmitError::KeyReused)
-                        }
-                    }
-                    (Work::Write(evs), ev) if evs.first().map(Event::kind) == Some(ev.kind()) => {
-                        Ok(Submitted {
-                            job: ev.job().unwrap_or(JobId(0)),
-                            created: false,
-                            seq: le.seq,
-                        })
-                    }
-                    _ => Err(SubmitError::KeyReused),
-                },
+            Some(None) => match r.key.as_deref().and_then(|k| Some((k, earlier.get(k)?))) {
+                Some((k, le)) if r.work.repeats(k, &earlier) => Ok(Submitted {
+                    job: le.event.job().unwrap_or(JobId(0)),
+                    created: false,
+                    seq: le.seq,
+                }),
+                Some(_) => Err(SubmitError::KeyReused),
                 None => Err(SubmitError::Unavailable("duplicate key not found".into())),
             },
         };

@@ -373,6 +373,149 @@ async fn a_batch_checks_each_job_on_its_own_and_writes_the_valid_ones() {
     assert_eq!(again["created"], 0, "{again}");
 }
 
+async fn post_array(api: &Api, token: &str, body: Value, key: &str) -> (StatusCode, Value) {
+    let req = Request::post("/v1/arrays")
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    api.raw(req).await
+}
+
+#[tokio::test]
+async fn a_job_array_is_written_whole_read_by_index_and_cancelled_as_one() {
+    let api = api().await;
+    let body = json!({"spec": job("vision", 1, 1), "indices": "0-4,10"});
+    let (s, a) = post_array(&api, VISION, body.clone(), "arr-1").await;
+    assert_eq!(s, StatusCode::CREATED, "{a}");
+    assert_eq!(a["tasks"], 6);
+    let id = a["id"].as_u64().unwrap();
+    // The same request again is the same array; the key with another
+    // request is refused.
+    let (s, again) = post_array(&api, VISION, body, "arr-1").await;
+    assert_eq!((s, &again["id"]), (StatusCode::OK, &a["id"]), "{again}");
+    for indices in ["0-5", "0-4,10-12", "0-4,11", "1-4,10"] {
+        let other = json!({"spec": job("vision", 1, 1), "indices": indices});
+        let (s, v) = post_array(&api, VISION, other, "arr-1").await;
+        assert_eq!(s, StatusCode::CONFLICT, "{indices}: {v}");
+    }
+
+    api.sync(a["seq"].as_u64().unwrap()).await;
+    let path = format!("/v1/arrays/{id}");
+    let (s, arr) = api.call("GET", &path, Some(VISION), None).await;
+    assert_eq!(s, StatusCode::OK, "{arr}");
+    let tasks = arr["tasks"].as_array().unwrap();
+    let indices: Vec<u64> = tasks.iter().map(|t| t["index"].as_u64().unwrap()).collect();
+    assert_eq!(indices, [0, 1, 2, 3, 4, 10]);
+    assert_eq!(tasks[0]["id"], id, "the first task names the array");
+    assert_eq!(arr["states"], json!({"submitted": 6}));
+    let last = tasks[5]["id"].as_u64().unwrap();
+    let (_, j) = api
+        .call("GET", &format!("/v1/jobs/{last}"), Some(VISION), None)
+        .await;
+    assert_eq!(j["spec"]["array"], json!({"array": id, "index": 10}), "{j}");
+    // Another tenant sees no such array.
+    for m in ["GET", "DELETE"] {
+        let (s, _) = api.call(m, &path, Some(SPEECH), None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{m}");
+    }
+
+    // One task cancelled on its own, then the array: the rest go at once.
+    let first = tasks[0]["id"].as_u64().unwrap();
+    let (s, _) = api
+        .call("DELETE", &format!("/v1/jobs/{first}"), Some(VISION), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, c) = api.call("DELETE", &path, Some(VISION), None).await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_eq!(
+        (&c["cancelled"], &c["cancelling"], &c["ended"]),
+        (&json!(5), &json!(0), &json!(1)),
+        "{c}"
+    );
+    let (_, arr) = api.call("GET", &path, Some(VISION), None).await;
+    assert_eq!(arr["states"], json!({"cancelled": 6}), "read-your-writes");
+    // The refused repeats wrote nothing: these six are all the jobs.
+    let (_, listed) = api.call("GET", "/v1/jobs", Some(ADMIN), None).await;
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 6, "{listed}");
+    let (_, c) = api.call("DELETE", &path, Some(VISION), None).await;
+    assert_eq!(
+        (&c["cancelled"], &c["ended"]),
+        (&json!(0), &json!(6)),
+        "{c}"
+    );
+    let (s, _) = api.call("GET", "/v1/arrays/999", Some(VISION), None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_bad_array_is_refused_whole_naming_the_field() {
+    let api = api().await;
+    let cases = [
+        (
+            json!({"spec": job("vision", 1, 1), "indices": "5-1"}),
+            "indices",
+        ),
+        (
+            json!({"spec": job("vision", 1, 1), "indices": "0-1000"}),
+            "indices",
+        ),
+        (
+            json!({"spec": job("vision", 1, 1), "indices": "1,1"}),
+            "indices",
+        ),
+        (
+            json!({"spec": job("vision", 1, 1), "indices": ""}),
+            "indices",
+        ),
+        (
+            json!({"spec": job("nobody", 1, 1), "indices": "0-3"}),
+            "spec.tenant",
+        ),
+        (
+            json!({"spec": job("vision", 1, 64), "indices": "0-3"}),
+            "spec.workers",
+        ),
+        (json!({"spec": job("vision", 1, 1)}), ""),
+        (
+            json!({"spec": job("vision", 1, 1), "indices": "0", "x": 1}),
+            "",
+        ),
+    ];
+    for (i, (body, want)) in cases.into_iter().enumerate() {
+        let (s, v) = post_array(&api, VISION, body, &format!("bad-{i}")).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "case {i}: {v}");
+        if !want.is_empty() {
+            assert_eq!(field(&v), want, "case {i}: {v}");
+        }
+    }
+    let (s, v) = post_array(
+        &api,
+        SPEECH,
+        json!({"spec": job("vision", 1, 1), "indices": "0"}),
+        "k",
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    // A job's place in an array is the gateway's to set, on either path.
+    let mut spec = job("vision", 1, 1);
+    spec["array"] = json!({"array": 1, "index": 0});
+    let (s, v) = api.submit(VISION, spec.clone()).await;
+    assert_eq!((s, field(&v)), (StatusCode::BAD_REQUEST, "array"), "{v}");
+    let (_, v) = batch(&api, Some(VISION), json!({"jobs": [{"spec": spec}]})).await;
+    assert_eq!(
+        v["results"][0]["error"]["field"], "jobs[0].spec.array",
+        "{v}"
+    );
+    // Nothing was written by any of them: a job written after them is
+    // the only one.
+    let (_, ok) = api.submit(VISION, job("vision", 1, 1)).await;
+    api.sync(ok["seq"].as_u64().unwrap()).await;
+    let (_, listed) = api.call("GET", "/v1/jobs", Some(ADMIN), None).await;
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 1, "{listed}");
+}
+
 #[tokio::test]
 async fn a_batch_is_one_to_a_thousand_jobs_in_up_to_eight_mib() {
     let api = api().await;
@@ -766,9 +909,12 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 18] = [
+const SERVED: [(&str, &str); 21] = [
     ("post", "/v1/jobs"),
     ("post", "/v1/jobs:batch"),
+    ("post", "/v1/arrays"),
+    ("get", "/v1/arrays/{id}"),
+    ("delete", "/v1/arrays/{id}"),
     ("get", "/v1/jobs"),
     ("get", "/v1/jobs/{id}"),
     ("delete", "/v1/jobs/{id}"),

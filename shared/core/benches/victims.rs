@@ -39,6 +39,7 @@ fn spec(tenant: &str, workers: u32, gpw: u32, topology: &str) -> JobSpec {
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 

@@ -373,8 +373,11 @@ pub fn history_at<'a>(
                 } else {
                     format!("; declares {}", declares.join(" and "))
                 };
+                let task = spec.array.map_or(String::new(), |a| {
+                    format!(" as task {} of array {}", a.index, a.array)
+                });
                 format!(
-                    "{} submitted to {}: {}×{} GPUs {}, priority {}{}{}",
+                    "{} submitted{task} to {}: {}×{} GPUs {}, priority {}{}{}",
                     secs(*at),
                     spec.tenant,
                     spec.workers,

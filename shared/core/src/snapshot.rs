@@ -24,7 +24,7 @@ use crate::State;
 
 /// The encoding's version. Bump it when `State` or anything inside it
 /// changes shape, and update the pinned digest in this module's tests.
-pub const FORMAT: u16 = 1;
+pub const FORMAT: u16 = 2;
 
 const MAGIC: &[u8; 4] = b"GPSS";
 const HASH_LEN: usize = 32;
@@ -200,7 +200,7 @@ pub(crate) mod json {
 /// ones, which a positional encoding cannot read back). The destructuring
 /// lists every field: a new one fails to compile until it is added here.
 pub(crate) mod spec {
-    use gpusched_model::{CheckpointPolicy, Gpus, JobSpec};
+    use gpusched_model::{ArrayTask, CheckpointPolicy, Gpus, JobSpec};
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
@@ -218,6 +218,7 @@ pub(crate) mod spec {
         BTreeMap<String, String>,
         Option<String>,
         Option<String>,
+        Option<ArrayTask>,
     );
 
     pub fn serialize<S: Serializer>(spec: &JobSpec, s: S) -> Result<S::Ok, S::Error> {
@@ -235,6 +236,7 @@ pub(crate) mod spec {
             env,
             working_dir,
             checkpoint_signal,
+            array,
         } = spec;
         (
             tenant,
@@ -250,6 +252,7 @@ pub(crate) mod spec {
             env,
             working_dir,
             checkpoint_signal,
+            array,
         )
             .serialize(s)
     }
@@ -269,6 +272,7 @@ pub(crate) mod spec {
             env,
             working_dir,
             checkpoint_signal,
+            array,
         ): Fields = Deserialize::deserialize(d)?;
         Ok(JobSpec {
             tenant,
@@ -284,6 +288,7 @@ pub(crate) mod spec {
             env,
             working_dir,
             checkpoint_signal,
+            array,
         })
     }
 }
@@ -293,7 +298,9 @@ mod tests {
     use super::*;
     use crate::{run_cycle, CycleConfig, ScanMemo};
     use gpusched_events::Event;
-    use gpusched_model::{FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp};
+    use gpusched_model::{
+        ArrayTask, FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
+    };
 
     /// Two nodes, one tenant, five jobs: two run, three wait with reasons.
     fn known_state() -> State {
@@ -342,6 +349,10 @@ mod tests {
                     env: [("SEED".to_string(), j.to_string())].into(),
                     working_dir: None,
                     checkpoint_signal: Some("SIGUSR2".into()),
+                    array: (j % 2 == 0).then_some(ArrayTask {
+                        array: 10,
+                        index: j as u32,
+                    }),
                 },
                 at: Timestamp(2_000 + j),
             });
@@ -379,7 +390,7 @@ mod tests {
             .to_string();
         assert_eq!(
             (FORMAT, &digest[..16]),
-            (1, "fd7c516fcb1f7139"),
+            (2, "33709f3f907ecdc3"),
             "the snapshot encoding changed: bump snapshot::FORMAT and update this digest"
         );
     }

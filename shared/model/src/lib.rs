@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+mod array;
+pub use array::{
+    parse_array_indices, ArrayIndicesError, ArrayTask, MAX_ARRAY_INDEX, MAX_ARRAY_TASKS,
+};
+
 /// A count of GPUs.
 pub type Gpus = u32;
 
@@ -247,6 +252,11 @@ pub struct JobSpec {
     /// a name such as `SIGUSR2` or `USR2`, or a number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_signal: Option<String>,
+    /// Its place in a job array, when it is one of an array's tasks. The
+    /// gateway sets it when it writes an array's tasks; a job submitted on
+    /// its own may not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayTask>,
 }
 
 /// Signal names a job may ask to be checkpointed with, and their numbers
@@ -447,6 +457,7 @@ mod tests {
             env: Default::default(),
             working_dir: None,
             checkpoint_signal: None,
+            array: None,
         }
     }
 

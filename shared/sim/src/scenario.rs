@@ -62,6 +62,7 @@ fn job(
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 

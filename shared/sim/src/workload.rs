@@ -393,6 +393,7 @@ impl NativeRow {
             env: Default::default(),
             working_dir: None,
             checkpoint_signal: None,
+            array: None,
         };
         spec.check_fields().map_err(|e| {
             // The model names the checkpoint interval `checkpoint.interval_s`;
@@ -566,6 +567,7 @@ pub fn parse_itp<R: Read>(
             env: Default::default(),
             working_dir: None,
             checkpoint_signal: None,
+            array: None,
         };
         spec.check_fields()
             .map_err(|e| ctx.invalid("num_gpu", format!("derived {}", e)))?;
@@ -706,6 +708,7 @@ pub fn synthetic(opts: &SyntheticOptions) -> Workload {
             env: Default::default(),
             working_dir: None,
             checkpoint_signal: None,
+            array: None,
         };
         items.push(WorkloadItem {
             at: Timestamp((t_s * 1000.0).round() as u64),

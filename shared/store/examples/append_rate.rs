@@ -58,6 +58,7 @@ async fn run(
                         env: Default::default(),
                         working_dir: None,
                         checkpoint_signal: None,
+                        array: None,
                     },
                     at: Timestamp(job.0 * 1000),
                 });

@@ -71,6 +71,7 @@ pub fn job(tenant: &str, workers: u32, knobs: &[(&str, &str)]) -> JobSpec {
         env,
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 

@@ -34,6 +34,7 @@ pub fn job(i: u64, tenant: usize) -> JobSpec {
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 

@@ -101,6 +101,7 @@ pub fn job(tenant: &str, workers: u32, gpw: Gpus, topology: &str) -> JobSpec {
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 

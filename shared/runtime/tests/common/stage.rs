@@ -47,6 +47,7 @@ pub fn spec() -> JobSpec {
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 

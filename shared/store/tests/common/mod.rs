@@ -30,6 +30,7 @@ pub fn job_spec(t: &str, workers: u32, gpw: u32, priority: i32) -> JobSpec {
         env: Default::default(),
         working_dir: None,
         checkpoint_signal: None,
+        array: None,
     }
 }
 
