@@ -64,6 +64,18 @@ impl Drop for TelemetryGuard {
 /// cannot be built it warns and runs with logs only. Calling it again (a
 /// subscriber already installed) changes nothing.
 pub fn init_tracing_with(service: &str, default_filter: &str) -> TelemetryGuard {
+    let endpoint = std::env::var(OTLP_ENDPOINT_ENV).ok();
+    init_tracing_for(service, default_filter, endpoint.as_deref())
+}
+
+/// Whether the OTLP endpoint variable's value asks for export: set and
+/// not blank.
+fn wants_otlp(endpoint: Option<&str>) -> bool {
+    endpoint.is_some_and(|v| !v.trim().is_empty())
+}
+
+/// [`init_tracing_with`], given the endpoint variable's value.
+fn init_tracing_for(service: &str, default_filter: &str, endpoint: Option<&str>) -> TelemetryGuard {
     if tracing::dispatcher::has_been_set() {
         return TelemetryGuard::default();
     }
@@ -76,8 +88,7 @@ pub fn init_tracing_with(service: &str, default_filter: &str) -> TelemetryGuard 
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(colour);
-    let wants_otel = std::env::var(OTLP_ENDPOINT_ENV).is_ok_and(|v| !v.trim().is_empty());
-    let (provider, failure) = if wants_otel {
+    let (provider, failure) = if wants_otlp(endpoint) {
         match otlp_provider(service) {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
@@ -219,17 +230,22 @@ mod tests {
     }
 
     #[test]
+    fn only_a_set_endpoint_turns_export_on() {
+        assert!(!wants_otlp(None));
+        assert!(!wants_otlp(Some("")));
+        assert!(!wants_otlp(Some("  ")));
+        assert!(wants_otlp(Some("http://collector:4318")));
+    }
+
+    #[test]
     fn no_otel_without_the_endpoint() {
-        // Tests never set the variable; without it nothing is exported.
-        if std::env::var(OTLP_ENDPOINT_ENV).is_ok() {
-            return;
-        }
-        let guard = init_tracing_with("test", "warn");
+        // Whatever this process's environment holds: no endpoint, no export.
+        let guard = init_tracing_for("test", "warn", None);
         assert!(!guard.exporting());
         assert_eq!(current_traceparent(), None);
         drop(guard);
         // A second call finds a subscriber in place and does not panic.
-        let again = init_tracing_with("test", "warn");
-        assert!(!again.exporting());
+        let again = init_tracing_for("test", "warn", Some("http://127.0.0.1:9"));
+        assert!(!again.exporting(), "a subscriber was already in place");
     }
 }
