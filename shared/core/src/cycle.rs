@@ -107,8 +107,10 @@ impl CycleStats {
 pub struct ScanMemo {
     /// Tenant → (tenant version, cohort version) when its queue was blocked.
     pub tenant_blocked: FxHashMap<TenantIdx, (u64, u64)>,
-    /// Flavor → capacity version when nothing more could be placed.
-    pub flavor_blocked: FxHashMap<FlavorIdx, u64>,
+    /// Flavor → (capacity version, reservations held) when nothing more
+    /// could be placed: a reservation released anywhere frees a slot of
+    /// the shared reservation budget.
+    pub flavor_blocked: FxHashMap<FlavorIdx, (u64, usize)>,
     /// Beneficiary → what its search depended on when no victim set could
     /// be found.
     pub preempt_failed: FxHashMap<JobId, preemption::SearchStamp>,

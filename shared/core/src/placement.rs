@@ -106,13 +106,16 @@ pub fn decide(
         .values()
         .filter(|r| !r.for_preemption)
         .count();
+    // A flavor found blocked stays so while its capacity and the number of
+    // reservations held (a budget all flavors share) stay the same.
+    let blocked_stamp = |f: FlavorIdx| (state.capacity_version(f), state.reservations().len());
 
     // 2. Admitted jobs, per flavor in order, round-robin across flavors.
     // (flavor, cursor, jobs examined in this flavor that did not fit)
     let mut active: Vec<(FlavorIdx, Option<QueueKey>, usize)> = (0..state.flavors().len())
         .map(|f| f as FlavorIdx)
         .filter(|&f| state.unplaced_after(f, None).is_some())
-        .filter(|&f| memo.flavor_blocked.get(&f) != Some(&state.capacity_version(f)))
+        .filter(|&f| memo.flavor_blocked.get(&f) != Some(&blocked_stamp(f)))
         .map(|f| (f, None, 0))
         .collect();
     // Flavors where this pass planned (or tried to plan) a reservation: they
@@ -125,7 +128,7 @@ pub fn decide(
             let (f, cursor, mut blocked) = active[i];
             let Some(key) = state.unplaced_after(f, cursor) else {
                 if !reserving.contains(&f) {
-                    memo.flavor_blocked.insert(f, state.capacity_version(f));
+                    memo.flavor_blocked.insert(f, blocked_stamp(f));
                 }
                 active.swap_remove(i);
                 continue;
@@ -251,7 +254,7 @@ pub fn decide(
             active[i] = (f, Some(key), blocked);
             if blocked >= cfg.max_heads_per_tenant || exhausted {
                 if !reserving.contains(&f) {
-                    memo.flavor_blocked.insert(f, state.capacity_version(f));
+                    memo.flavor_blocked.insert(f, blocked_stamp(f));
                 }
                 active.swap_remove(i);
                 continue;
