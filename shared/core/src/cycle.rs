@@ -114,8 +114,6 @@ pub struct ScanMemo {
     /// Beneficiary → what its search depended on when no victim set could
     /// be found.
     pub preempt_failed: FxHashMap<JobId, preemption::SearchStamp>,
-    /// Reservation owner → capacity version when its re-plan found nothing better.
-    pub reservation_checked: FxHashMap<JobId, u64>,
 }
 
 /// The events a cycle decided, in the order applied, and its stats.

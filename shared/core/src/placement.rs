@@ -171,12 +171,10 @@ pub fn decide(
                         let own = state.reservations().get(&job.id);
                         let replan = match own {
                             None => blocked_reservations < cfg.reservations,
-                            Some(r) => {
-                                !r.for_preemption
-                                    && r.stale
-                                    && memo.reservation_checked.get(&job.id)
-                                        != Some(&state.capacity_version(f))
-                            }
+                            // Re-planned each time it is looked at while
+                            // stale: its start depends on the clock and on
+                            // victims' deadlines, which no version stamps.
+                            Some(r) => !r.for_preemption && r.stale,
                         };
                         if replan {
                             reserving.insert(f);
@@ -190,8 +188,6 @@ pub fn decide(
                                 now,
                                 &mut stats.domains_probed,
                             );
-                            memo.reservation_checked
-                                .insert(job.id, state.capacity_version(f));
                             if let Some((assignments, start)) = plan {
                                 // A new plan replaces the old one only if
                                 // it starts earlier.
