@@ -15,14 +15,14 @@ use axum::extract::{Path, State as AxState};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use gpusched_core::{Job, Phase, State};
+use gpusched_core::{Job, State};
 use gpusched_events::Event;
 use gpusched_model::{parse_array_indices, JobId, JobSpec};
 use gpusched_runtime::{read_view, wall_clock};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::jobs::{check_submission, job_id, path_param, phase_name, scoped_key};
+use crate::jobs::{check_submission, job_id, path_param, phase_name, scoped_key, Cancellation};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// `POST /v1/arrays`' body.
@@ -220,35 +220,25 @@ pub async fn cancel_array(
         ended: 0,
         seq: 0,
     };
-    let mut writes: Vec<(Event, bool)> = Vec::new();
+    let mut writes: Vec<(JobId, Event, bool)> = Vec::new();
     {
         let view = read_view(&gw.view);
         reply.seq = view.seq();
         let at = wall_clock();
         for j in tasks_of(view.state(), &who, id)? {
-            match j.phase {
-                p if p.is_terminal() => reply.ended += 1,
-                Phase::Running | Phase::Preempting if j.cancel_requested.is_some() => {
-                    reply.cancelling += 1
-                }
-                Phase::Running | Phase::Preempting => {
-                    writes.push((Event::JobCancelRequested { job: j.id, at }, true))
-                }
-                _ => writes.push((Event::JobCancelled { job: j.id, at }, false)),
+            match Cancellation::of(j, at) {
+                Cancellation::Ended(_) => reply.ended += 1,
+                Cancellation::AlreadyRequested => reply.cancelling += 1,
+                Cancellation::Write { event, running } => writes.push((j.id, event, running)),
             }
         }
     }
     // One write per task, keyed as `DELETE /v1/jobs/{id}` keys it, so the
     // two never both cancel a task; the writer puts them in one append.
-    let sent = writes.into_iter().map(|(event, running)| {
-        let job: JobId = event.job().unwrap_or(JobId(0));
+    let sent = writes.into_iter().map(|(job, event, running)| {
+        let key = Cancellation::key(job);
         let submitter = gw.submitter.clone();
-        async move {
-            let w = submitter
-                .write(vec![event], Some(format!("cancel:{}", job.0)))
-                .await;
-            (w, running)
-        }
+        async move { (submitter.write(vec![event], Some(key)).await, running) }
     });
     for (w, running) in futures::future::join_all(sent).await {
         let w = w.map_err(ApiError::unavailable)?;

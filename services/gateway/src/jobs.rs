@@ -453,6 +453,51 @@ pub async fn list_jobs(
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
+/// What cancelling a job takes, by its phase: the one rule that
+/// `DELETE /v1/jobs/{id}` and `DELETE /v1/arrays/{id}` both follow.
+// Made and taken apart at once, never stored: the event need not be boxed.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Cancellation {
+    /// It has ended; nothing to do.
+    Ended(Phase),
+    /// It runs and was asked to stop already.
+    AlreadyRequested,
+    /// Write this: a request to stop (`running`: it keeps its GPUs until
+    /// its agent stops it) or the cancellation itself.
+    Write {
+        /// `JobCancelRequested` or `JobCancelled`.
+        event: Event,
+        /// Whether it runs (the event is a request to stop).
+        running: bool,
+    },
+}
+
+impl Cancellation {
+    /// How `j` is cancelled at `at`.
+    pub(crate) fn of(j: &Job, at: gpusched_model::Timestamp) -> Self {
+        match j.phase {
+            p if p.is_terminal() => Cancellation::Ended(p),
+            Phase::Running | Phase::Preempting if j.cancel_requested.is_some() => {
+                Cancellation::AlreadyRequested
+            }
+            Phase::Running | Phase::Preempting => Cancellation::Write {
+                event: Event::JobCancelRequested { job: j.id, at },
+                running: true,
+            },
+            _ => Cancellation::Write {
+                event: Event::JobCancelled { job: j.id, at },
+                running: false,
+            },
+        }
+    }
+
+    /// The idempotency key of a job's cancellation, so a repeat (or the
+    /// job's and its array's cancel) never writes it twice.
+    pub(crate) fn key(job: JobId) -> String {
+        format!("cancel:{}", job.0)
+    }
+}
+
 /// `DELETE /v1/jobs/{id}`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CancelReply {
@@ -488,17 +533,16 @@ pub async fn cancel_job(
     let id = job_id(&path_param(id)?)?;
     let (event, running) = {
         let p = read_view(&gw.view);
-        let s = p.state();
-        let j = visible(s, &who, id)?;
-        match j.phase {
-            p if p.is_terminal() => {
+        let j = visible(p.state(), &who, id)?;
+        match Cancellation::of(j, gpusched_runtime::wall_clock()) {
+            Cancellation::Ended(phase) => {
                 return Err(ApiError::conflict(format!(
                     "job {} has already ended ({})",
                     id.0,
-                    phase_name(p)
+                    phase_name(phase)
                 )))
             }
-            Phase::Running | Phase::Preempting if j.cancel_requested.is_some() => {
+            Cancellation::AlreadyRequested => {
                 return Ok((
                     StatusCode::ACCEPTED,
                     Json(CancelReply {
@@ -509,23 +553,10 @@ pub async fn cancel_job(
                 )
                     .into_response())
             }
-            Phase::Running | Phase::Preempting => (
-                Event::JobCancelRequested {
-                    job: id,
-                    at: gpusched_runtime::wall_clock(),
-                },
-                true,
-            ),
-            _ => (
-                Event::JobCancelled {
-                    job: id,
-                    at: gpusched_runtime::wall_clock(),
-                },
-                false,
-            ),
+            Cancellation::Write { event, running } => (event, running),
         }
     };
-    let key = format!("cancel:{}", id.0);
+    let key = Cancellation::key(id);
     let w = gw
         .submitter
         .write(vec![event], Some(key))
