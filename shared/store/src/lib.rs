@@ -100,6 +100,35 @@ async fn repair_first_migration_checksum(conn: &mut sqlx::PgConnection) -> Resul
     Ok(())
 }
 
+/// The refusals `gpusched_append` raises (SQLSTATE GS001: no lease, GS002:
+/// another epoch, its DETAIL the lease's epoch) as the store's errors;
+/// anything else as it is.
+fn fence_refusal(e: sqlx::Error, fence: &Fence) -> StoreError {
+    let Some(db) = e.as_database_error() else {
+        return e.into();
+    };
+    match db.code().as_deref() {
+        Some("GS001") => StoreError::NoLease {
+            service: fence.service.clone(),
+            partition: fence.partition.clone(),
+        },
+        Some("GS002") => {
+            let held = db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(|pg| pg.detail())
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0);
+            StoreError::StaleEpoch {
+                service: fence.service.clone(),
+                partition: fence.partition.clone(),
+                held,
+                given: fence.epoch,
+            }
+        }
+        _ => e.into(),
+    }
+}
+
 /// The embedded migrations (`migrations/` at the workspace root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
@@ -397,21 +426,22 @@ impl EventStore {
 
     /// Appends `batch` in one transaction, in order, under `fence`.
     ///
-    /// In that transaction it first share-locks the lease row and checks the
-    /// epoch (`StoreError::StaleEpoch` or `StoreError::NoLease`: nothing is
-    /// written), then inserts every event with one `INSERT … SELECT FROM
-    /// UNNEST`. Events whose idempotency key is already in the log are
-    /// skipped and counted in `duplicates`. A lease takeover waits for
-    /// in-flight appends under the old epoch and every later append under
-    /// it is refused.
+    /// The transaction is one statement, `gpusched_append` (migration
+    /// 0005), committed on the server: it share-locks the lease row and
+    /// checks the epoch (`StoreError::StaleEpoch` or `StoreError::NoLease`:
+    /// nothing is written), takes the append lock, then inserts every event
+    /// with one `INSERT … SELECT FROM UNNEST`. Events whose idempotency key
+    /// is already in the log are skipped and counted in `duplicates`. A
+    /// lease takeover waits for in-flight appends under the old epoch and
+    /// every later append under it is refused. No round trip to the caller
+    /// happens while the append lock is held, so a slow or paused caller
+    /// never holds up the other writers.
     ///
     /// Waiting is bounded (module docs): behind a stalled writer this fails
-    /// with `Outage::LockTimedOut` after the lock timeout; a caller paused
-    /// inside it longer than the idle-in-transaction timeout finds its
-    /// transaction ended (`Outage::SessionTimedOut` or `ConnectionLost`),
-    /// with nothing written. An `Unavailable` error during the commit
-    /// leaves it unknown whether the batch committed: retrying it with the
-    /// same idempotency keys writes each event at most once.
+    /// with `Outage::LockTimedOut` after the lock timeout. An `Unavailable`
+    /// error while the statement ran leaves it unknown whether the batch
+    /// committed: retrying it with the same idempotency keys writes each
+    /// event at most once.
     pub async fn append(&self, batch: &[NewEvent], fence: &Fence) -> Result<AppendOutcome> {
         let n = batch.len();
         let mut agg_kinds: Vec<&'static str> = Vec::with_capacity(n);
@@ -448,82 +478,30 @@ impl EventStore {
             keys.push(ne.idempotency_key.as_deref());
         }
 
-        let mut tx = self.pool.begin().await?;
-        let held: Option<i64> = sqlx::query_scalar(
-            "SELECT epoch FROM leases WHERE service = $1 AND partition = $2 FOR SHARE",
+        // One statement, its own transaction: the append lock is taken,
+        // the rows written and the transaction committed on the server,
+        // so no client pause ever holds the lock (migration 0005).
+        let rows = sqlx::query(
+            "SELECT out_ord AS ord, out_seq AS seq FROM gpusched_append(
+                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&fence.service)
         .bind(&fence.partition)
-        .fetch_optional(&mut *tx)
-        .await?;
-        match held {
-            None => {
-                tx.rollback().await?;
-                return Err(StoreError::NoLease {
-                    service: fence.service.clone(),
-                    partition: fence.partition.clone(),
-                });
-            }
-            Some(held) if held != fence.epoch => {
-                tx.rollback().await?;
-                return Err(StoreError::StaleEpoch {
-                    service: fence.service.clone(),
-                    partition: fence.partition.clone(),
-                    held,
-                    given: fence.epoch,
-                });
-            }
-            Some(_) => {}
-        }
-        if n == 0 {
-            tx.rollback().await?;
-            return Ok(AppendOutcome::default());
-        }
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(APPEND_LOCK_KEY)
-            .execute(&mut *tx)
-            .await?;
-        // Rows skipped by key are left out before numbering, so the
-        // sequence stays dense; `ord` maps each written row to its event.
-        let rows = sqlx::query(
-            "WITH input AS (
-                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $5::text[],
-                                     $6::text[], $8::uuid[], $9::uuid[], $10::text[],
-                                     $11::bool[])
-                       WITH ORDINALITY AS t(ak, ai, k, p, pr, ca, co, ik, keep, ord)),
-             fresh AS (
-                SELECT i.* FROM input i
-                 WHERE i.keep
-                   AND (i.ik IS NULL OR NOT EXISTS
-                        (SELECT 1 FROM events e WHERE e.idempotency_key = i.ik))),
-             numbered AS (
-                SELECT f.*, (SELECT coalesce(max(seq), 0) FROM events)
-                            + row_number() OVER (ORDER BY f.ord) AS seq
-                  FROM fresh f),
-             ins AS (
-                INSERT INTO events (seq, recorded_at, aggregate_kind, aggregate_id, kind,
-                                    schema_version, payload, producer, epoch,
-                                    causation_id, correlation_id, idempotency_key)
-                SELECT n.seq, clock_timestamp(), n.ak, n.ai, n.k, $4, n.p::jsonb, n.pr, $7,
-                       n.ca, n.co, n.ik
-                  FROM numbered n ORDER BY n.seq
-                RETURNING seq)
-             SELECT n.ord, n.seq FROM numbered n ORDER BY n.seq",
-        )
+        .bind(fence.epoch)
+        .bind(APPEND_LOCK_KEY)
+        .bind(SCHEMA_VERSION)
         .bind(&agg_kinds)
         .bind(&agg_ids)
         .bind(&kinds)
-        .bind(SCHEMA_VERSION)
         .bind(&payloads)
         .bind(&producers)
-        .bind(fence.epoch)
         .bind(&causations)
         .bind(&correlations)
         .bind(&keys)
         .bind(&keep)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| fence_refusal(e, fence))?;
         let mut seqs: Vec<Option<i64>> = vec![None; n];
         for row in &rows {
             let ord: i64 = row.try_get("ord")?;

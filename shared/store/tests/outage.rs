@@ -1,7 +1,7 @@
 //! The store under faults, against a private Postgres each test starts on
 //! a free port in a temp dir (`testing::PrivatePostgres`; the shared server
-//! is never touched): a writer paused inside its append stalls nobody for
-//! long and never commits after a takeover; with the server down every
+//! is never touched): a writer paused inside its append holds no lock
+//! and never commits after a takeover; with the server down every
 //! call fails fast as unavailable and the same store works again once it
 //! is back; a restart in the middle of appends loses and duplicates
 //! nothing when failed appends are retried with their idempotency keys;
@@ -249,36 +249,48 @@ impl Drop for ChildGuard {
     }
 }
 
-/// True while the child's session sits idle inside a transaction holding
-/// the append lock: it is paused inside `append`.
-async fn child_paused_in_append(store: &EventStore) -> bool {
-    let n: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
-          WHERE a.application_name = $1 AND a.state = 'idle in transaction'
-            AND l.locktype = 'advisory' AND l.granted",
+/// The child's sessions: (running a statement, inside a transaction
+/// between statements, holding the append lock while not running one).
+async fn child_sessions(store: &EventStore) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE a.state = 'active'),
+                count(*) FILTER (WHERE a.state LIKE 'idle in transaction%'),
+                count(*) FILTER (WHERE a.state <> 'active' AND EXISTS
+                    (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid
+                        AND l.locktype = 'advisory' AND l.granted))
+           FROM pg_stat_activity a WHERE a.application_name = $1",
     )
     .bind(CHILD_APP)
     .fetch_one(store.pool())
     .await
-    .expect("pg_stat_activity");
-    n > 0
+    .expect("pg_stat_activity")
 }
 
-/// SIGSTOPs the child until it stops inside an append transaction; returns
-/// when it was stopped.
+/// SIGSTOPs the child the moment its session is seen running an append,
+/// then checks that the paused child holds no lock once that statement
+/// ended: an append is one statement, committed on the server, so a
+/// writer paused at any point never holds the append lock (a transaction
+/// run from the client held it across its round trips, and a pause
+/// between them held it until the server's idle timeout). Returns when it
+/// was stopped.
 async fn pause_inside_append(store: &EventStore, child: &ChildGuard) -> Instant {
-    for attempt in 0..500u64 {
+    for attempt in 0..5000u64 {
+        if child_sessions(store).await.0 == 0 {
+            continue;
+        }
         let stopped_at = Instant::now();
         child.signal("-STOP");
-        tokio::time::sleep(Duration::from_millis(40)).await;
-        if child_paused_in_append(store).await {
-            eprintln!("paused inside an append after {} tries", attempt + 1);
-            return stopped_at;
-        }
-        child.signal("-CONT");
-        tokio::time::sleep(Duration::from_millis(5 + attempt % 11)).await;
+        eprintln!("paused while appending after {} looks", attempt + 1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (running, in_transaction, holding) = child_sessions(store).await;
+        assert_eq!(
+            (running, in_transaction, holding),
+            (0, 0, 0),
+            "the paused child still runs a statement, sits in a transaction or holds the append lock"
+        );
+        return stopped_at;
     }
-    panic!("the child never stopped inside an append");
+    panic!("the child was never seen appending");
 }
 
 /// Polls for the lease as a standby would; (the lease, when it came,
