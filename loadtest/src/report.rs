@@ -31,6 +31,8 @@ pub struct ServiceReport {
     pub instance: String,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: Option<f64>,
+    /// CPU time used over the run (user + system), seconds.
+    pub cpu_s: Option<f64>,
     /// Decide cycles run.
     pub cycles: u64,
     /// Appends made.
@@ -61,6 +63,7 @@ pub fn services(stack: &Stack) -> Vec<ServiceReport> {
                 service: p.service.clone(),
                 instance: p.instance.clone(),
                 peak_rss_mib: p.peak_rss_kib.map(|k| k as f64 / 1024.0),
+                cpu_s: p.cpu_s,
                 cycles: s.as_ref().map_or(0, |s| s.cycles),
                 batches: s.as_ref().map_or(0, |s| s.batches),
                 appended: s.as_ref().map_or(0, |s| s.appended),
@@ -498,15 +501,16 @@ impl Report {
         }
         let _ = writeln!(
             t,
-            "  {:<14} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}",
-            "service", "peak MiB", "cycles", "batches", "events", "cycle p50", "cycle p99"
+            "  {:<14} {:>9} {:>8} {:>9} {:>9} {:>9} {:>11} {:>11}",
+            "service", "peak MiB", "CPU s", "cycles", "batches", "events", "cycle p50", "cycle p99"
         );
         for s in &self.services {
             let _ = writeln!(
                 t,
-                "  {:<14} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}",
+                "  {:<14} {:>9} {:>8} {:>9} {:>9} {:>9} {:>11} {:>11}",
                 s.instance,
                 opt(s.peak_rss_mib, ""),
+                opt(s.cpu_s, ""),
                 s.cycles,
                 s.batches,
                 s.appended,
@@ -640,13 +644,14 @@ impl Report {
                 );
             }
         }
-        let _ = writeln!(m, "\n| process | peak RSS MiB | cycles | batches | events | cycle p50 | cycle p99 |\n|---|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(m, "\n| process | peak RSS MiB | CPU s | cycles | batches | events | cycle p50 | cycle p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|");
         for s in &self.services {
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {} | {} | {} ms | {} ms |",
+                "| {} | {} | {} | {} | {} | {} | {} ms | {} ms |",
                 s.instance,
                 opt(s.peak_rss_mib),
+                opt(s.cpu_s),
                 s.cycles,
                 s.batches,
                 s.appended,

@@ -67,6 +67,8 @@ pub struct Proc {
     pub log: PathBuf,
     /// Peak resident memory, KiB, read when it was stopped.
     pub peak_rss_kib: Option<u64>,
+    /// CPU time used (user + system), seconds, read when it was stopped.
+    pub cpu_s: Option<f64>,
     /// Whether it has been stopped.
     pub stopped: bool,
 }
@@ -288,6 +290,7 @@ impl Stack {
             stats_file,
             log,
             peak_rss_kib: None,
+            cpu_s: None,
             stopped: false,
         });
         Ok(instance.to_string())
@@ -346,6 +349,7 @@ impl Stack {
             .find(|p| p.service == service && !p.stopped)
             .with_context(|| format!("no live {service} process"))?;
         p.peak_rss_kib = peak_rss_kib(p.child.id());
+        p.cpu_s = cpu_seconds(p.child.id());
         p.child
             .kill()
             .with_context(|| format!("SIGKILL {}", p.instance))?;
@@ -362,6 +366,7 @@ impl Stack {
             .find(|p| p.instance == instance && !p.stopped)
             .with_context(|| format!("no live process {instance}"))?;
         p.peak_rss_kib = peak_rss_kib(p.child.id());
+        p.cpu_s = cpu_seconds(p.child.id());
         p.child
             .kill()
             .with_context(|| format!("SIGKILL {instance}"))?;
@@ -436,12 +441,15 @@ impl Stack {
         None
     }
 
-    /// Peak memory of every live process now, KiB, by instance.
+    /// Peak memory and CPU time of every live process now.
     pub fn sample_rss(&mut self) {
         for p in &mut self.procs {
             if !p.stopped {
                 if let Some(k) = peak_rss_kib(p.child.id()) {
                     p.peak_rss_kib = Some(k);
+                }
+                if let Some(c) = cpu_seconds(p.child.id()) {
+                    p.cpu_s = Some(c);
                 }
             }
         }
@@ -515,6 +523,19 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// CPU time a process has used so far (user + system), seconds: fields 14
+/// and 15 of `/proc/<pid>/stat`, in clock ticks of 1/100 s (Linux's
+/// `USER_HZ` on every architecture it runs on).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from after its ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
 /// A service's last stats snapshot, if it wrote one.
 pub fn read_stats(path: &Path) -> Option<StatsSnapshot> {
     let bytes = std::fs::read(path).ok()?;
@@ -540,5 +561,16 @@ mod tests {
     #[test]
     fn own_peak_memory_is_readable() {
         assert!(peak_rss_kib(std::process::id()).is_some_and(|k| k > 0));
+    }
+
+    #[test]
+    fn reads_the_cpu_time_of_a_process_that_spun() {
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let used = cpu_seconds(std::process::id()).unwrap_or(0.0);
+        assert!(used >= 0.1, "300 ms of spinning read as {used} s");
     }
 }

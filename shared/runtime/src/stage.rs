@@ -180,10 +180,13 @@ pub(crate) async fn lead<D: Decider>(
             _ = shutdown.cancelled() => continue,
             r = stage.receive(wait) => r,
         };
+        add_us(&stats.receive_us, asked);
         if asked.elapsed() > wait + SLOW {
             warn!(service = %cfg.service, ms = asked.elapsed().as_millis() as u64, wait_ms = wait.as_millis() as u64, "slow read from the bus");
         }
+        let folding = Instant::now();
         let need_read = stage.fold(received);
+        add_us(&stats.fold_us, folding);
         stage.read_log(need_read).await?;
         if stage.should_decide() && stage.cycle(leader).await? == Cycle::Fenced {
             return Ok(Step::StepDown);
@@ -471,16 +474,19 @@ impl<'a, D: Decider> Stage<'a, D> {
         let span = info_span!("cycle", service = %self.cfg.service);
         crate::telemetry::set_remote_parent(&span, self.remote_parent.take().as_deref());
         let events = span.in_scope(|| self.decide());
+        add_us(&self.stats.decide_us, self.last_decide);
         if events.is_empty() {
             return Ok(Cycle::Done);
         }
         let batch: Vec<NewEvent> = events.iter().cloned().map(NewEvent::new).collect();
-        let out = match self
+        let appending = Instant::now();
+        let appended = self
             .log
             .append(&batch, &leader.fence())
             .instrument(span.clone())
-            .await
-        {
+            .await;
+        add_us(&self.stats.append_us, appending);
+        let out = match appended {
             Ok(out) => out,
             Err(e) if is_fenced(&e) => {
                 warn!(service = %self.cfg.service, error = %e, "append fenced off");
@@ -628,6 +634,11 @@ async fn own_events(
         at = last;
     }
     Ok(out)
+}
+
+/// Adds the time since `since` to a microsecond counter.
+fn add_us(counter: &std::sync::atomic::AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
 }
 
 fn seq_u64(s: i64) -> u64 {

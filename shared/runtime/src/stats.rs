@@ -111,6 +111,14 @@ pub struct ServiceStats {
     pub cycle_us: AtomicU64,
     /// Cycle durations (decide + append + fold) of cycles that appended.
     pub cycle_hist: CycleHistogram,
+    /// Time spent deciding, microseconds, summed.
+    pub decide_us: AtomicU64,
+    /// Time spent in appends to the log, microseconds, summed.
+    pub append_us: AtomicU64,
+    /// Time spent folding what the bus delivered, microseconds, summed.
+    pub fold_us: AtomicU64,
+    /// Time spent waiting on the bus, microseconds, summed.
+    pub receive_us: AtomicU64,
     /// When this instance last became ready to decide (lease, rebuild and
     /// relay done), Unix milliseconds.
     pub ready_unix_ms: AtomicU64,
@@ -260,6 +268,18 @@ pub struct StatsSnapshot {
     /// When this instance's fold first reached the log's end (standing by or starting to lead), Unix milliseconds.
     #[serde(default)]
     pub caught_up_unix_ms: u64,
+    /// Time spent deciding, microseconds, summed.
+    #[serde(default)]
+    pub decide_us: u64,
+    /// Time spent in appends to the log, microseconds, summed.
+    #[serde(default)]
+    pub append_us: u64,
+    /// Time spent folding what the bus delivered, microseconds, summed.
+    #[serde(default)]
+    pub fold_us: u64,
+    /// Time spent waiting on the bus, microseconds, summed.
+    #[serde(default)]
+    pub receive_us: u64,
 }
 
 impl StatsSnapshot {
@@ -299,6 +319,10 @@ impl StatsSnapshot {
             snapshot_bytes: l(&stats.snapshot_bytes),
             snapshot_copy_us_max: l(&stats.snapshot_copy_us_max),
             caught_up_unix_ms: l(&stats.caught_up_unix_ms),
+            decide_us: l(&stats.decide_us),
+            append_us: l(&stats.append_us),
+            fold_us: l(&stats.fold_us),
+            receive_us: l(&stats.receive_us),
         }
     }
 }
