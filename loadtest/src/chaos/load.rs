@@ -212,7 +212,7 @@ impl ApiClient {
     pub async fn status(&self) -> Result<LiveStatus> {
         let r = self
             .http
-            .get(format!("{}/v1/status", self.base))
+            .get(format!("{}/v1/status?hash=true", self.base))
             .header("Authorization", &self.auth)
             .send()
             .await

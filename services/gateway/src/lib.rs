@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, State as AxState};
+use axum::extract::{DefaultBodyLimit, Query, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -35,10 +35,10 @@ use gpusched_core::Phase;
 use gpusched_runtime::{
     follow, read_view, Bus, FollowerHealth, LeaseSpec, Log, Projection, SharedView, SnapshotPolicy,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -494,8 +494,10 @@ impl From<PathRejection> for ApiError {
 pub struct StatusView {
     /// Sequence of the last event folded.
     pub seq: u64,
-    /// `State::state_hash` of the view.
-    pub state_hash: String,
+    /// `State::state_hash` of the view; only with `?hash=true` (it reads
+    /// the whole state: about a second at a million jobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_hash: Option<String>,
     /// Jobs known.
     pub jobs: usize,
     /// Jobs per phase.
@@ -504,11 +506,27 @@ pub struct StatusView {
     pub superseded: u64,
 }
 
+/// What `GET /v1/status` is asked for.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatusQuery {
+    /// Also give the view's state hash (default false: hashing reads the
+    /// whole state, so a status poll stays cheap at any size).
+    hash: Option<bool>,
+}
+
 /// Where the gateway's view of the log stands.
-#[utoipa::path(get, path = "/v1/status", tag = "cluster",
-    responses((status = 200, body = StatusView), (status = 401, body = ErrorBody)),
+#[utoipa::path(get, path = "/v1/status", tag = "cluster", params(StatusQuery),
+    responses((status = 200, body = StatusView), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-async fn status(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<StatusView> {
+async fn status(
+    _who: Principal,
+    AxState(gw): AxState<Gateway>,
+    q: Result<Query<StatusQuery>, QueryRejection>,
+) -> Result<Json<StatusView>, ApiError> {
+    let Query(q) = q?;
     let p = read_view(&gw.view);
     let s = p.state();
     let phases = Phase::ALL
@@ -516,11 +534,11 @@ async fn status(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<StatusVi
         .filter(|ph| s.phase_counts().get(**ph) > 0)
         .map(|ph| (jobs::phase_name(*ph).to_string(), s.phase_counts().get(*ph)))
         .collect();
-    Json(StatusView {
+    Ok(Json(StatusView {
         seq: p.seq(),
-        state_hash: s.state_hash(),
+        state_hash: q.hash.unwrap_or(false).then(|| s.state_hash()),
         jobs: s.job_count(),
         phases,
         superseded: p.superseded(),
-    })
+    }))
 }
