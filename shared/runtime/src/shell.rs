@@ -260,7 +260,11 @@ where
 #[derive(Args, Clone, Copy, Debug)]
 pub struct CycleArgs {
     /// K: queue heads (quota) or admitted jobs (placement) examined per cycle.
-    #[arg(long, env = "GPUSCHED_MAX_HEADS", default_value_t = 256)]
+    /// Higher than the simulator's 256: a service's cycle ends in an append
+    /// under the log's one append lock (10–60 ms under a burst), and 1,024
+    /// heads a cycle let the pipeline keep up with 10k submissions/s
+    /// (docs/loadtest.md, "Cycle size").
+    #[arg(long, env = "GPUSCHED_MAX_HEADS", default_value_t = 1024)]
     pub max_heads: usize,
     /// How deep one tenant's queue is searched per cycle.
     #[arg(long, env = "GPUSCHED_MAX_HEADS_PER_TENANT", default_value_t = 64)]
