@@ -77,7 +77,7 @@ async fn submit_all(http: &str, specs: &[JobSpec], key_prefix: &str) -> Vec<u64>
 
 async fn status(http: &str) -> Status {
     stack::client()
-        .get(format!("{http}/v1/status"))
+        .get(format!("{http}/v1/status?hash=true"))
         .send()
         .await
         .unwrap()
