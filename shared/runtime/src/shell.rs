@@ -261,7 +261,7 @@ where
 pub struct CycleArgs {
     /// K: queue heads (quota) or admitted jobs (placement) examined per cycle.
     /// Higher than the simulator's 256: a service's cycle ends in an append
-    /// under the log's one append lock (10–60 ms under a burst), and 1,024
+    /// under the log's one append lock (70–90 ms an append under a burst), and 1,024
     /// heads a cycle let the pipeline keep up with 10k submissions/s
     /// (docs/loadtest.md, "Cycle size").
     #[arg(long, env = "GPUSCHED_MAX_HEADS", default_value_t = 1024)]
