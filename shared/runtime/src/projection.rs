@@ -9,6 +9,7 @@
 //!
 //! Must never: apply an event twice or out of order, or decide anything.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -130,7 +131,18 @@ impl Projection {
     /// Returns the events folded.
     pub fn offer(&mut self, batch: Arc<BatchV1>, observe: &mut Observer<'_>) -> usize {
         if batch.last_seq > self.seq && !batch.events.is_empty() {
-            self.ahead.insert(batch.first_seq, batch);
+            // The same range may come twice and cut differently (a service's
+            // own batch, then the bus's parts of it): keep the longer, so a
+            // part never hides the rest of what was known.
+            match self.ahead.entry(batch.first_seq) {
+                Entry::Occupied(mut held) if held.get().last_seq < batch.last_seq => {
+                    held.insert(batch);
+                }
+                Entry::Occupied(_) => {}
+                Entry::Vacant(slot) => {
+                    slot.insert(batch);
+                }
+            }
         }
         self.drain(observe)
     }
@@ -214,5 +226,25 @@ mod tests {
         assert!(p.gap_since().is_some());
         assert_eq!(p.offer(batch(3, 4), &mut obs), 7);
         assert_eq!(p.gap_end(), Some(11));
+    }
+
+    #[test]
+    fn a_part_of_a_waiting_batch_never_hides_the_rest_of_it() {
+        // Given a service's own 2000-event batch waiting behind a gap,
+        let mut p = Projection::new();
+        let mut obs = |_: &State, _: u64, _: &Event, _: bool| {};
+        assert_eq!(p.offer(batch(11, 2000), &mut obs), 0);
+        // when the bus delivers its first part (same first sequence) and
+        // then the gap closes,
+        assert_eq!(p.offer(batch(11, 1024), &mut obs), 0);
+        assert_eq!(p.offer(batch(1, 10), &mut obs), 2010);
+        // then everything known is folded, none of it left out.
+        assert_eq!(p.seq(), 2010);
+        assert_eq!(p.gap_since(), None);
+        // A longer batch with the same start still replaces a shorter one.
+        assert_eq!(p.offer(batch(2101, 5), &mut obs), 0);
+        assert_eq!(p.offer(batch(2101, 50), &mut obs), 0);
+        assert_eq!(p.offer(batch(2011, 90), &mut obs), 140);
+        assert_eq!(p.seq(), 2150);
     }
 }
