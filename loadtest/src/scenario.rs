@@ -810,7 +810,7 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
                 (
                     s.snapshots_written,
                     s.snapshot_bytes,
-                    s.snapshot_copy_us_max,
+                    s.snapshot_hold_us_max,
                 )
             }),
         };

@@ -203,7 +203,7 @@ async fn standby<D: Decider>(
             _ = shutdown.cancelled() => break None,
             _ = keep_warm(log, &mut warm, stats) => folded = true,
         }
-        // A standby decides nothing: copying its state for a snapshot
+        // A standby decides nothing: encoding its state for a snapshot
         // stalls no one.
         if let Some(w) = writer.tick(log, warm.proj.state(), warm.proj.seq()) {
             record_snapshot(stats, &w);
@@ -230,8 +230,8 @@ fn record_snapshot(stats: &ServiceStats, w: &Written) {
     stats.snapshot_written_seq.store(w.seq, Ordering::Relaxed);
     stats.snapshot_bytes.store(w.bytes, Ordering::Relaxed);
     stats
-        .snapshot_copy_us_max
-        .fetch_max(w.copy_us, Ordering::Relaxed);
+        .snapshot_hold_us_max
+        .fetch_max(w.hold_us, Ordering::Relaxed);
 }
 
 /// Folds what the log holds beyond a standby's fold (the whole log the

@@ -159,8 +159,8 @@ pub struct ServiceStats {
     pub snapshot_written_seq: AtomicU64,
     /// The size of the last snapshot this instance wrote.
     pub snapshot_bytes: AtomicU64,
-    /// The longest the loop was held to copy the state for a snapshot, microseconds.
-    pub snapshot_copy_us_max: AtomicU64,
+    /// The longest the loop was held to encode a snapshot, microseconds.
+    pub snapshot_hold_us_max: AtomicU64,
     /// When this instance's fold first reached the log's end (standing by or starting to lead), Unix milliseconds.
     pub caught_up_unix_ms: AtomicU64,
 }
@@ -264,7 +264,7 @@ pub struct StatsSnapshot {
     pub snapshot_bytes: u64,
     /// The longest the loop was held to copy the state for a snapshot, microseconds.
     #[serde(default)]
-    pub snapshot_copy_us_max: u64,
+    pub snapshot_hold_us_max: u64,
     /// When this instance's fold first reached the log's end (standing by or starting to lead), Unix milliseconds.
     #[serde(default)]
     pub caught_up_unix_ms: u64,
@@ -317,7 +317,7 @@ impl StatsSnapshot {
             snapshots_written: l(&stats.snapshots_written),
             snapshot_written_seq: l(&stats.snapshot_written_seq),
             snapshot_bytes: l(&stats.snapshot_bytes),
-            snapshot_copy_us_max: l(&stats.snapshot_copy_us_max),
+            snapshot_hold_us_max: l(&stats.snapshot_hold_us_max),
             caught_up_unix_ms: l(&stats.caught_up_unix_ms),
             decide_us: l(&stats.decide_us),
             append_us: l(&stats.append_us),
