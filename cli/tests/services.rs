@@ -169,6 +169,97 @@ async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
     assert_eq!(replayed.state_hash(), live.state_hash, "replay == live");
 }
 
+/// Every process answers `/metrics` in the Prometheus text format, and
+/// the figures are those of the run: a thousand jobs succeeded, every
+/// deciding service leads and went round, and admission appended a
+/// decision for each job. Every series the Grafana dashboard queries is
+/// among those exported.
+async fn assert_every_service_exports_metrics(stack: &Stack) {
+    let mut exported = std::collections::BTreeSet::new();
+    let value = |samples: &[stack::Sample], name: &str, label: Option<(&str, &str)>| {
+        samples
+            .iter()
+            .find(|s| s.name == name && label.is_none_or(|(k, v)| s.label(k) == Some(v)))
+            .map(|s| s.value)
+    };
+    for p in &stack.procs {
+        let (families, samples) = stack::scrape(&p.health).await;
+        exported.extend(families);
+        exported.extend(samples.iter().map(|s| s.name.clone()));
+        assert!(
+            samples.iter().all(|s| s.name.starts_with("gpusched_")),
+            "{}: {samples:?}",
+            p.service
+        );
+        if p.service == "gateway" {
+            assert_eq!(
+                value(&samples, "gpusched_jobs", Some(("state", "succeeded"))),
+                Some(1000.0)
+            );
+            assert_eq!(value(&samples, "gpusched_view_caught_up", None), Some(1.0));
+            assert!(value(&samples, "gpusched_quota_nominal_gpus", None).is_some_and(|g| g > 0.0));
+            continue;
+        }
+        let this = Some(("service", p.service.as_str()));
+        assert_eq!(
+            value(&samples, "gpusched_leader", this),
+            Some(1.0),
+            "{}",
+            p.service
+        );
+        assert!(
+            value(&samples, "gpusched_cycles_total", this).is_some_and(|c| c > 0.0),
+            "{}",
+            p.service
+        );
+        assert!(
+            value(&samples, "gpusched_cycle_duration_seconds_count", this).is_some(),
+            "{}: no cycle histogram",
+            p.service
+        );
+        if p.service == "admission" {
+            let appended = value(&samples, "gpusched_events_appended_total", this);
+            assert!(
+                appended.is_some_and(|n| n >= 1000.0),
+                "admission appended {appended:?}"
+            );
+        }
+    }
+    for name in dashboard_series() {
+        assert!(
+            exported.contains(&name),
+            "the dashboard queries {name}, which no process exports"
+        );
+    }
+}
+
+/// The `gpusched_…` series named in the Grafana dashboard's queries.
+fn dashboard_series() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/gpusched.json"
+    );
+    let text = std::fs::read_to_string(path).expect("deploy/grafana/gpusched.json");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let mut names = Vec::new();
+    for panel in doc["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let mut rest = expr;
+            while let Some(at) = rest.find("gpusched_") {
+                let tail = &rest[at..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                names.push(tail[..end].to_string());
+                rest = &tail[end..];
+            }
+        }
+    }
+    assert!(names.len() >= 10, "{names:?}");
+    names
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_jobs_through_every_service() {
     let mut stack = Stack::new().await;
@@ -180,6 +271,7 @@ async fn a_thousand_jobs_through_every_service() {
     let secs = started.elapsed().as_secs_f64();
     assert_eq!(live.phases.get("succeeded"), Some(&1000), "{live:?}");
     assert_log_consistent(&stack, &live, &ids).await;
+    assert_every_service_exports_metrics(&stack).await;
     eprintln!(
         "1000 jobs end to end in {secs:.1} s ({:.0} jobs/s, {} events, {:.0} events/s)",
         1000.0 / secs,
@@ -321,4 +413,21 @@ async fn a_service_relays_what_it_committed_but_never_published() {
     assert_eq!((batch.first_seq, batch.last_seq), (1, 1));
     assert!(matches!(batch.events[..], [Event::JobAccepted { .. }]));
     stack.teardown().await;
+}
+
+#[test]
+fn the_exposition_parser_refuses_what_prometheus_would() {
+    let good = "# TYPE a_total counter\na_total{x=\"1\"} 2\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 3\nh_sum 4.5\nh_count 3\n";
+    assert_eq!(stack::parse_exposition(good).map(|s| s.len()), Ok(5));
+    for bad in [
+        "a_total 1\n",                           // no TYPE before it
+        "# TYPE a counter\na{x=1} 1\n",          // unquoted label value
+        "# TYPE a counter\na one\n",             // no number
+        "# TYPE a gauge\n# TYPE a gauge\na 1\n", // two TYPEs
+        "# TYPE 1a gauge\n1a 1\n",               // bad name
+        "# TYPE h histogram\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"+Inf\"} 2\nh_count 2\n", // not cumulative
+        "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_count 3\n", // +Inf != count
+    ] {
+        assert!(stack::parse_exposition(bad).is_err(), "accepted {bad:?}");
+    }
 }

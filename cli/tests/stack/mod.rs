@@ -84,6 +84,8 @@ pub struct Proc {
     pub service: String,
     pub instance: String,
     pub child: Child,
+    /// Where its `/healthz`, `/readyz` and `/metrics` answer.
+    pub health: String,
 }
 
 pub struct Stack {
@@ -133,8 +135,18 @@ impl Stack {
         let out =
             std::fs::File::create(self.logs.join(format!("{instance}.log"))).expect("log file");
         let err = out.try_clone().expect("log file");
+        let (health, health_args) = if service == "gateway" {
+            (self.http.clone(), Vec::new())
+        } else {
+            let addr = format!("127.0.0.1:{}", free_port());
+            (
+                format!("http://{addr}"),
+                vec!["--health-listen".to_string(), addr],
+            )
+        };
         let child = Command::new(self.dir.join(format!("gpusched-{service}")))
             .args(self.extra.get(service).cloned().unwrap_or_default())
+            .args(health_args)
             .env("DATABASE_URL", &self.db.url)
             .env("NATS_URL", nats_url())
             .env("GPUSCHED_NAMESPACE", &self.namespace)
@@ -151,6 +163,7 @@ impl Stack {
             service: service.to_string(),
             instance: instance.clone(),
             child,
+            health,
         });
         instance
     }
@@ -277,4 +290,202 @@ impl Drop for Stack {
             let _ = p.child.wait();
         }
     }
+}
+
+/// A sample's labels, in the order written.
+pub type Labels = Vec<(String, String)>;
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+impl Sample {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses the Prometheus text format (0.0.4) strictly: every sample's
+/// family has a `# TYPE` line before it, names and label names are valid,
+/// label values are quoted with only the format's escapes, values are
+/// numbers, histogram buckets are cumulative and end in `+Inf` equal to
+/// `_count`. An error names the line.
+pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut out: Vec<Sample> = Vec::new();
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && n.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
+    for (i, line) in text.lines().enumerate() {
+        let at = |why: &str| format!("line {}: {why}: {line:?}", i + 1);
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some("TYPE"), Some(name), Some(kind)) => {
+                    if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
+                        return Err(at("unknown type"));
+                    }
+                    if types.insert(name.to_string(), kind.to_string()).is_some() {
+                        return Err(at("a second TYPE for the family"));
+                    }
+                }
+                (Some("HELP"), Some(_), _) => {}
+                _ => return Err(at("a comment that is neither HELP nor TYPE")),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').ok_or_else(|| at("no value"))?;
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().map_err(|_| at("a value that is no number"))?,
+        };
+        let (name, labels) = match series.split_once('{') {
+            None => (series, Vec::new()),
+            Some((name, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .ok_or_else(|| at("unclosed labels"))?;
+                (name, parse_labels(body).map_err(|e| at(&e))?)
+            }
+        };
+        if !valid_name(name) || labels.iter().any(|(k, _)| !valid_name(k)) {
+            return Err(at("an invalid metric or label name"));
+        }
+        let family = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|sfx| {
+                name.strip_suffix(sfx)
+                    .filter(|f| types.get(*f).is_some_and(|t| t == "histogram"))
+            })
+            .unwrap_or(name);
+        if !types.contains_key(family) {
+            return Err(at("a sample before its family's TYPE"));
+        }
+        out.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    check_histograms(&types, &out)?;
+    Ok(out)
+}
+
+fn parse_labels(body: &str) -> Result<Vec<(String, String)>, String> {
+    let mut labels = Vec::new();
+    let mut chars = body.chars().peekable();
+    while chars.peek().is_some() {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if chars.next() != Some('"') {
+            return Err("a label value without quotes".into());
+        }
+        let mut value = String::new();
+        loop {
+            match chars.next() {
+                Some('"') => break,
+                Some('\\') => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(c @ ('\\' | '"')) => value.push(c),
+                    _ => return Err("a bad escape in a label value".into()),
+                },
+                Some(c) => value.push(c),
+                None => return Err("an unclosed label value".into()),
+            }
+        }
+        labels.push((key, value));
+        match chars.next() {
+            None | Some(',') => {}
+            Some(_) => return Err("labels not separated by commas".into()),
+        }
+    }
+    Ok(labels)
+}
+
+fn check_histograms(types: &HashMap<String, String>, samples: &[Sample]) -> Result<(), String> {
+    for (family, _) in types.iter().filter(|(_, t)| *t == "histogram") {
+        let bucket = format!("{family}_bucket");
+        let count = format!("{family}_count");
+        let mut series: HashMap<Labels, Vec<(f64, f64)>> = HashMap::new();
+        for s in samples.iter().filter(|s| s.name == bucket) {
+            let le = s.label("le").ok_or(format!("{bucket} without le"))?;
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().map_err(|_| format!("{bucket}: le {le}"))?
+            };
+            let key: Vec<_> = s
+                .labels
+                .iter()
+                .filter(|(k, _)| k != "le")
+                .cloned()
+                .collect();
+            series.entry(key).or_default().push((le, s.value));
+        }
+        for (key, buckets) in series {
+            if !buckets
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+            {
+                return Err(format!(
+                    "{family}{key:?}: buckets not cumulative: {buckets:?}"
+                ));
+            }
+            let last = buckets.last().copied().unwrap_or((0.0, 0.0));
+            let total = samples
+                .iter()
+                .find(|s| s.name == count && s.labels == key)
+                .map(|s| s.value);
+            if last.0 != f64::INFINITY || total != Some(last.1) {
+                return Err(format!(
+                    "{family}{key:?}: +Inf bucket {last:?} against _count {total:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The families a text exposition declares (`# TYPE` lines).
+pub fn families(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Scrapes `{base}/metrics` and parses it (panics with the reason): the
+/// families declared and the samples.
+pub async fn scrape(base: &str) -> (Vec<String>, Vec<Sample>) {
+    let r = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("scrape");
+    assert_eq!(r.status(), 200, "{base}/metrics");
+    let ctype = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        ctype.starts_with("text/plain; version=0.0.4"),
+        "{base}/metrics: content type {ctype}"
+    );
+    let text = r.text().await.expect("metrics body");
+    let samples = parse_exposition(&text).unwrap_or_else(|e| panic!("{base}/metrics: {e}\n{text}"));
+    (families(&text), samples)
 }

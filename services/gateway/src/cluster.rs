@@ -28,27 +28,27 @@ use crate::{ApiError, ErrorBody, Gateway, Principal};
 #[derive(Debug, Serialize, ToSchema)]
 pub struct QueueRow {
     /// The tenant (queue).
-    tenant: String,
+    pub(crate) tenant: String,
     /// Its cohort, if it shares quota.
     cohort: Option<String>,
     /// The GPU flavor.
-    flavor: String,
+    pub(crate) flavor: String,
     /// GPUs it is entitled to.
-    nominal: Gpus,
+    pub(crate) nominal: Gpus,
     /// GPUs it may borrow above nominal (`null`: bounded by the cohort only).
     borrowing_limit: Option<Gpus>,
     /// GPUs charged to its admitted, bound and running jobs.
-    used: Gpus,
+    pub(crate) used: Gpus,
     /// GPUs of `used` above nominal, borrowed from the cohort.
-    borrowed: Gpus,
+    pub(crate) borrowed: Gpus,
     /// Its idle lendable quota that others in the cohort use now: the
     /// cohort's borrowing shared among its idle lenders in proportion to
     /// what each leaves idle.
-    lent: Gpus,
+    pub(crate) lent: Gpus,
     /// Jobs waiting for quota or GPUs whose first choice is this flavor.
-    pending: u64,
+    pub(crate) pending: u64,
     /// Jobs bound or running in this flavor.
-    running: u64,
+    pub(crate) running: u64,
 }
 
 /// Every tenant's quota and use, per flavor.
@@ -58,7 +58,8 @@ pub struct QueuesView {
     queues: Vec<QueueRow>,
 }
 
-fn queue_rows(s: &State) -> Vec<QueueRow> {
+/// One row per tenant and flavor (also what `/metrics` exports).
+pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
     let nf = s.flavors().len();
     let nt = s.tenants().len();
     // Jobs per tenant and flavor: one pass over the jobs.

@@ -19,6 +19,7 @@ mod events_api;
 mod health;
 mod jobs;
 mod logs;
+mod metrics;
 mod submit;
 
 use std::net::SocketAddr;
@@ -170,7 +171,7 @@ impl Modify for BearerAuth {
     info(
         title = "gpusched",
         description = "A durable, event-sourced scheduler for GPU batch jobs. Every route but \
-            /healthz, /readyz and /openapi.json needs `Authorization: Bearer <token>`: 401 without a \
+            /healthz, /readyz, /metrics and /openapi.json needs `Authorization: Bearer <token>`: 401 without a \
             known token; a tenant token that names another tenant's job gets 404 (ids cannot \
             be probed), and admin routes answer 403 to it. Until the gateway's view has caught up \
             with the log (just after it starts) every /v1 route answers 503 with Retry-After, \
@@ -207,6 +208,7 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(status))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(metrics::metrics))
         .split_for_parts()
 }
 

@@ -909,7 +909,7 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 21] = [
+const SERVED: [(&str, &str); 22] = [
     ("post", "/v1/jobs"),
     ("post", "/v1/jobs:batch"),
     ("post", "/v1/arrays"),
@@ -931,6 +931,7 @@ const SERVED: [(&str, &str); 21] = [
     ("get", "/v1/status"),
     ("get", "/healthz"),
     ("get", "/readyz"),
+    ("get", "/metrics"),
 ];
 
 #[tokio::test]

@@ -7,7 +7,8 @@
 //! reachable and the bus answering; leading at an epoch or standing by,
 //! both ready: a standby folds the log as it waits), both with the
 //! service's counters as JSON, `/readyz` with `ready` and the reasons it
-//! is not (`not_ready`).
+//! is not (`not_ready`); and `GET /metrics`, the loop's Prometheus
+//! metrics (`crate::metrics`).
 //!
 //! Must never: answer from anything but the loop's own heartbeat (a stats
 //! writer or this server staying up says nothing about the loop), or bind
@@ -97,10 +98,26 @@ pub fn health_router(service: &str, stats: Arc<ServiceStats>) -> Router {
         service: service.to_string(),
         stats,
     };
+    let registry = Arc::new(crate::metrics::service_registry(service, h.stats.clone()));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(h)
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            crate::metrics::CONTENT_TYPE,
+                        )],
+                        crate::metrics::metrics_text(&registry),
+                    )
+                }
+            }),
+        )
 }
 
 /// Serves [`health_router`] on `addr` until `shutdown`.

@@ -4,7 +4,8 @@
 //! in-memory log of `gpusched dev`) and on the bus ([`Bus`]: NATS
 //! JetStream, or an in-process channel), the [`Projection`] that follows
 //! the log in sequence order, the fenced decide loop ([`run_service`]) that
-//! turns a pure [`Decider`] into a service, shutdown, and tracing set-up (with OpenTelemetry export over OTLP and
+//! turns a pure [`Decider`] into a service, its health and Prometheus
+//! endpoints, shutdown, and tracing set-up (with OpenTelemetry export over OTLP and
 //! W3C trace context in NATS headers when `OTEL_EXPORTER_OTLP_ENDPOINT` is
 //! set).
 //!
@@ -18,6 +19,7 @@ mod follow;
 mod health;
 mod leader;
 mod log;
+mod metrics;
 mod projection;
 mod service;
 mod shell;
@@ -32,6 +34,7 @@ pub use follow::{follow, read_view, FollowerHealth, SharedView};
 pub use health::{health_router, serve_health, STUCK_AFTER};
 pub use leader::{is_fenced, Candidate, Leader, LeaseLost, LeaseSpec};
 pub use log::{Log, LogPages, LoggedEvent, MemLog};
+pub use metrics::{counter, gauge, gauge_family, metrics_text, service_registry};
 pub use projection::{Observer, Projection};
 pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{
