@@ -77,14 +77,10 @@ type Key = (String, String, &'static str);
 type QuotaSeries = (&'static str, &'static str, fn(&QueueRow) -> u64);
 
 /// Pending jobs (queued or admitted, not yet bound) by tenant, flavor and
-/// the reason the last cycle gave (`none` before one did), and jobs by
-/// state.
-fn tally(s: &State) -> (BTreeMap<Key, Pending>, BTreeMap<&'static str, u64>) {
+/// the reason the last cycle gave (`none` before one did).
+fn pending(s: &State) -> BTreeMap<Key, Pending> {
     let mut pending: BTreeMap<Key, Pending> = BTreeMap::new();
-    let mut by_state: BTreeMap<&'static str, u64> =
-        Phase::ALL.iter().map(|p| (phase_name(*p), 0)).collect();
     for j in s.jobs() {
-        *by_state.entry(phase_name(j.phase)).or_default() += 1;
         if !matches!(j.phase, Phase::Queued | Phase::Admitted) {
             continue;
         }
@@ -102,15 +98,20 @@ fn tally(s: &State) -> (BTreeMap<Key, Pending>, BTreeMap<&'static str, u64>) {
             p.oldest_ms = j.submitted_at.0;
         }
     }
-    (pending, by_state)
+    pending
 }
 
 impl Collector for ViewCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let now_ms = wall_clock().0;
-        let (seq, rows, (pending, by_state)) = {
+        let (seq, rows, pending, by_state) = {
             let p = read_view(&self.view);
-            (p.seq(), queue_rows(p.state()), tally(p.state()))
+            let s = p.state();
+            let by_state: Vec<(&str, u64)> = Phase::ALL
+                .iter()
+                .map(|ph| (phase_name(*ph), s.phase_counts().get(*ph)))
+                .collect();
+            (p.seq(), queue_rows(s), pending(s), by_state)
         };
         let e = &mut enc;
         gauge_family(

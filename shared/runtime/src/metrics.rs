@@ -54,17 +54,6 @@ pub fn service_registry(service: &str, stats: Arc<ServiceStats>) -> Registry {
     r
 }
 
-/// Writes one unlabelled counter.
-pub fn counter<N: prometheus_client::encoding::EncodeCounterValue>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: N,
-) -> fmt::Result {
-    single(enc, name, help, unit, ConstCounter::new(v))
-}
-
 /// Writes one unlabelled gauge.
 pub fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(
     enc: &mut DescriptorEncoder,
@@ -88,7 +77,7 @@ fn single(
 }
 
 /// Writes a family of gauges, one per label set.
-pub fn gauge_family<'a, N: prometheus_client::encoding::EncodeGaugeValue + Copy + 'a>(
+pub fn gauge_family<'a, N: prometheus_client::encoding::EncodeGaugeValue + 'a>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -116,75 +105,56 @@ fn seconds(us: u64) -> f64 {
     us as f64 / 1e6
 }
 
+/// The loop's counters: name, help, and the stat it reads.
+fn counters(s: &ServiceStats) -> [(&'static str, &'static str, &AtomicU64); 11] {
+    [
+        ("cycles", "Times the decider ran.", &s.cycles),
+        ("events_appended", "Events this instance appended to the log.", &s.appended),
+        ("appends", "Appends (batches) this instance made; events_appended / appends is the mean batch size.", &s.batches),
+        ("events_folded", "Events folded into this instance's state.", &s.folded),
+        ("events_superseded", "Events the state refused as superseded by an earlier one.", &s.superseded),
+        ("bus_malformed_messages", "Bus messages that could not be read, skipped.", &s.malformed),
+        ("bus_errors", "Reads from the bus that failed (the log was read instead).", &s.bus_errors),
+        ("log_reads", "Reads of the log to close a gap or follow its tail.", &s.gap_reads),
+        ("relayed_batches", "Batches the outbox relay published again.", &s.relayed),
+        ("takeovers", "Times this instance took its lease.", &s.takeovers),
+        ("snapshots_written", "Snapshots this instance wrote.", &s.snapshots_written),
+    ]
+}
+
+/// The loop's gauges read straight from a stat: name, help, the stat.
+fn gauges(s: &ServiceStats) -> [(&'static str, &'static str, &AtomicU64); 4] {
+    [
+        (
+            "folded_sequence",
+            "Sequence of the last event folded.",
+            &s.seq,
+        ),
+        (
+            "lease_epoch",
+            "The lease epoch this instance leads at (0: standing by).",
+            &s.leading_epoch,
+        ),
+        (
+            "bus_down",
+            "1 while the bus fails and the loop follows the log alone.",
+            &s.bus_down,
+        ),
+        (
+            "log_down",
+            "1 while the event log is unreachable.",
+            &s.log_down,
+        ),
+    ]
+}
+
 impl Collector for LoopCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let s = &self.stats;
         let e = &mut enc;
-        counter(e, "cycles", "Times the decider ran.", None, load(&s.cycles))?;
-        counter(
-            e,
-            "events_appended",
-            "Events this instance appended to the log.",
-            None,
-            load(&s.appended),
-        )?;
-        counter(e, "appends", "Appends (batches) this instance made; events_appended / appends is the mean batch size.", None, load(&s.batches))?;
-        counter(
-            e,
-            "events_folded",
-            "Events folded into this instance's state.",
-            None,
-            load(&s.folded),
-        )?;
-        counter(
-            e,
-            "events_superseded",
-            "Events the state refused as superseded by an earlier one.",
-            None,
-            load(&s.superseded),
-        )?;
-        counter(
-            e,
-            "bus_malformed_messages",
-            "Bus messages that could not be read, skipped.",
-            None,
-            load(&s.malformed),
-        )?;
-        counter(
-            e,
-            "bus_errors",
-            "Reads from the bus that failed (the log was read instead).",
-            None,
-            load(&s.bus_errors),
-        )?;
-        counter(
-            e,
-            "log_reads",
-            "Reads of the log to close a gap or follow its tail.",
-            None,
-            load(&s.gap_reads),
-        )?;
-        counter(
-            e,
-            "relayed_batches",
-            "Batches the outbox relay published again.",
-            None,
-            load(&s.relayed),
-        )?;
-        counter(
-            e,
-            "takeovers",
-            "Times this instance took its lease.",
-            None,
-            load(&s.takeovers),
-        )?;
-        counter(
-            e,
-            "snapshots_written",
-            "Snapshots this instance wrote.",
-            None,
-            load(&s.snapshots_written),
-        )?;
+        for (name, help, stat) in counters(s) {
+            single(e, name, help, None, ConstCounter::new(load(stat)))?;
+        }
         let steps = [
             ("receive", &s.receive_us),
             ("fold", &s.fold_us),
@@ -202,41 +172,16 @@ impl Collector for LoopCollector {
             let fm = m.encode_family(&labels)?;
             ConstCounter::new(seconds(load(us))).encode(fm)?;
         }
-        gauge(
-            e,
-            "folded_sequence",
-            "Sequence of the last event folded.",
-            None,
-            load(&s.seq),
-        )?;
-        let epoch = load(&s.leading_epoch);
-        gauge(
-            e,
-            "lease_epoch",
-            "The lease epoch this instance leads at (0: standing by).",
-            None,
-            epoch,
-        )?;
+        for (name, help, stat) in gauges(s) {
+            gauge(e, name, help, None, load(stat))?;
+        }
+        let leads = load(&s.leading_epoch) > 0;
         gauge(
             e,
             "leader",
             "1 while this instance holds its lease and decides.",
             None,
-            u64::from(epoch > 0),
-        )?;
-        gauge(
-            e,
-            "bus_down",
-            "1 while the bus fails and the loop follows the log alone.",
-            None,
-            load(&s.bus_down),
-        )?;
-        gauge(
-            e,
-            "log_down",
-            "1 while the event log is unreachable.",
-            None,
-            load(&s.log_down),
+            u64::from(leads),
         )?;
         let beat = load(&s.loop_unix_ms);
         let age_ms = if beat == 0 {
@@ -258,13 +203,12 @@ impl Collector for LoopCollector {
 /// The cycle histogram with one bucket per doubling (see the module docs).
 fn cycle_histogram(enc: &mut DescriptorEncoder, counts: &[u64], sum_s: f64) -> fmt::Result {
     let (buckets, total) = doubling_buckets(counts);
-    let m = enc.encode_descriptor(
+    let mut m = enc.encode_descriptor(
         "cycle_duration",
         "Cycles that appended: decide, append and fold, per cycle.",
         Some(&Unit::Seconds),
         MetricType::Histogram,
     )?;
-    let mut m = m;
     m.encode_histogram::<NoLabelSet>(sum_s, total, &buckets, None)
 }
 

@@ -262,7 +262,7 @@ pub struct StatsSnapshot {
     /// The size of the last snapshot this instance wrote.
     #[serde(default)]
     pub snapshot_bytes: u64,
-    /// The longest the loop was held to copy the state for a snapshot, microseconds.
+    /// The longest the loop was held to encode a snapshot, microseconds.
     #[serde(default)]
     pub snapshot_hold_us_max: u64,
     /// When this instance's fold first reached the log's end (standing by or starting to lead), Unix milliseconds.
