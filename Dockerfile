@@ -2,7 +2,9 @@
 #
 # One image for the whole stack: the CLI (`gpusched`), the four deciding
 # services, the node agent and the HTTP gateway, all in /usr/local/bin.
-# Each docker-compose service picks its binary with `command:`.
+# Each docker-compose service picks its binary with `command:`. The node
+# agent finds GPUs through NVML (the driver's library, loaded at run time
+# when the NVIDIA container runtime provides it; --gpus needs none).
 #
 #   docker build -t gpusched:dev .
 #   docker run --rm gpusched:dev gpusched simulate
@@ -31,7 +33,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     bins="gpusched gpusched-admission gpusched-quota gpusched-placement gpusched-preemption gpusched-agent gpusched-gateway"; \
     pkgs=""; \
     for b in $bins; do pkgs="$pkgs -p $b"; done; \
-    cargo build --release --locked $pkgs; \
+    cargo build --release --locked $pkgs --features gpusched-agent/nvml; \
     mkdir -p /out; \
     for b in $bins; do cp "target/release/$b" /out/; done
 
@@ -45,7 +47,8 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/*; \
     groupadd --system --gid 10001 gpusched; \
     useradd --system --uid 10001 --gid gpusched --create-home \
-        --home-dir /var/lib/gpusched --shell /usr/sbin/nologin gpusched
+        --home-dir /var/lib/gpusched --shell /usr/sbin/nologin gpusched; \
+    install -d -o gpusched -g gpusched /var/lib/gpusched/agent /var/lib/gpusched/checkpoints
 
 COPY --from=builder /out/ /usr/local/bin/
 # Example cluster files, for `gpusched-agent --cluster` and `gpusched simulate --cluster`.

@@ -221,6 +221,16 @@ impl Client {
         ))
     }
 
+    /// PUTs `body` as JSON; (status, JSON body) for 2xx.
+    pub(crate) async fn put_json(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<(u16, Value)> {
+        self.send(self.request(reqwest::Method::PUT, path).json(body))
+            .await
+    }
+
     pub(crate) async fn get(&self, path: &str) -> Result<Value> {
         Ok(self.send(self.request(reqwest::Method::GET, path)).await?.1)
     }

@@ -163,7 +163,7 @@ fn spawn_process_agents(
         let (n, s) = (net.clone(), shutdown.clone());
         tasks.push(tokio::spawn(async move {
             let name = cfg.name.clone();
-            if let Err(e) = run_node(cfg, n, DEV_NODE_ROOT.into(), s).await {
+            if let Err(e) = run_node(cfg, n, DEV_NODE_ROOT.into(), s, Default::default()).await {
                 tracing::error!(node = %name, error = %e, "node agent stopped");
             }
         }));

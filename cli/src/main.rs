@@ -11,6 +11,7 @@ mod logs;
 mod nodes;
 mod replay;
 mod spec;
+mod tenants;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -39,6 +40,9 @@ enum Command {
     Simulate(SimulateArgs),
     /// Rebuild the scheduler state from the Postgres event log and print a summary.
     Replay(ReplayArgs),
+    /// Apply the event log's schema migrations and exit (once per release,
+    /// before the services start).
+    Migrate(MigrateArgs),
     /// Run every service in one process on an embedded log, with simulated nodes and a demo workload.
     Dev(dev::DevArgs),
     /// Submit a job (flags, or a spec file in TOML, YAML or JSON).
@@ -62,6 +66,23 @@ enum Command {
     /// Make API tokens and their hashes for a tokens file.
     #[command(subcommand)]
     Token(client::TokenCmd),
+    /// Configure tenants (admin).
+    #[command(subcommand)]
+    Tenants(tenants::TenantsCmd),
+}
+
+#[derive(clap::Args)]
+struct MigrateArgs {
+    /// The event log's database.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
+    )]
+    database_url: String,
+    /// Create the database first when it does not exist.
+    #[arg(long, env = "GPUSCHED_CREATE_DATABASE")]
+    create_database: bool,
 }
 
 #[derive(clap::Args)]
@@ -185,6 +206,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Replay(args) => replay_log(args),
+        Command::Migrate(args) => migrate(args),
         Command::Dev(args) => dev::run(args),
         Command::Submit(a) => api(client::submit(a)),
         Command::Get(a) => api(client::get(a)),
@@ -196,6 +218,7 @@ fn main() -> std::process::ExitCode {
         Command::Watch(a) => api(client::watch(a)),
         Command::Logs(a) => api(logs::logs(a)),
         Command::Token(c) => client::token(c),
+        Command::Tenants(c) => api(tenants::tenants(c)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -371,6 +394,31 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         bail!("replay of the event log gave a different state hash");
     }
     Ok(())
+}
+
+fn migrate(args: MigrateArgs) -> Result<()> {
+    use gpusched_store::{EventStore, MIGRATOR};
+    let url = gpusched_runtime::redact_url(&args.database_url);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        if args.create_database
+            && EventStore::create_database_if_missing(&args.database_url)
+                .await
+                .with_context(|| format!("--database-url {url}: cannot create the database"))?
+        {
+            println!("created the database");
+        }
+        let store = EventStore::connect(&args.database_url, 1)
+            .await
+            .with_context(|| format!("--database-url {url}: cannot connect"))?;
+        store.migrate().await.context("running migrations")?;
+        let last = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        println!("migrated {url}: schema at version {last}");
+        Ok(())
+    })
 }
 
 fn replay_log(args: ReplayArgs) -> Result<()> {

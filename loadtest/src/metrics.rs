@@ -81,6 +81,9 @@ pub struct LogFacts {
     pub finished: u64,
     /// Last sequence.
     pub max_seq: i64,
+    /// On-disk size of the events table with its indexes and TOAST
+    /// (`pg_total_relation_size`), bytes: what the log costs Postgres.
+    pub log_bytes: i64,
 }
 
 /// Reads the run's facts; times are seconds since `origin_unix_ms`.
@@ -149,6 +152,10 @@ pub async fn read_log(store: &EventStore, origin_unix_ms: u64) -> Result<LogFact
     .context("counting finished jobs")?;
     facts.finished = u64::try_from(n).unwrap_or(0);
     facts.max_seq = store.max_seq().await.context("reading the last sequence")?;
+    facts.log_bytes = sqlx::query_scalar("SELECT pg_total_relation_size('events')")
+        .fetch_one(pool)
+        .await
+        .context("reading the log's size")?;
     Ok(facts)
 }
 

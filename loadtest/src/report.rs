@@ -157,6 +157,10 @@ pub struct Report {
     pub submit_to_bound_ms: Percentiles,
     /// Events in the log.
     pub events: i64,
+    /// The events table's size on disk, indexes included, bytes.
+    pub log_bytes: i64,
+    /// `log_bytes` ÷ `events`.
+    pub log_bytes_per_event: f64,
     /// Events appended per second over the window.
     pub events_per_s: f64,
     /// Raw batched appends to a scratch table in the same database, events/s.
@@ -328,6 +332,8 @@ impl Report {
             unbound: f.jobs.iter().filter(|j| j.bound_s.is_none()).count(),
             submit_to_bound_ms: Percentiles::of(f.latencies(|_| true)),
             events: f.max_seq,
+            log_bytes: f.log_bytes,
+            log_bytes_per_event: f.log_bytes as f64 / f.max_seq.max(1) as f64,
             events_per_s,
             append_ceiling_per_s: o.ceiling,
             ceiling_ratio: o.ceiling.map(|c| events_per_s / c.max(1e-9)),
@@ -470,6 +476,14 @@ impl Report {
                 format!("{:.0} ({} events)", self.events_per_s, self.events),
             ),
             (
+                "log on disk",
+                format!(
+                    "{:.1} MiB ({:.0} bytes/event)",
+                    self.log_bytes as f64 / (1 << 20) as f64,
+                    self.log_bytes_per_event
+                ),
+            ),
+            (
                 "append ceiling (raw, 100 rows/tx)",
                 opt(self.append_ceiling_per_s, " events/s"),
             ),
@@ -608,6 +622,14 @@ impl Report {
                 ),
             ),
             ("events appended/s", format!("{:.0}", self.events_per_s)),
+            (
+                "log on disk (events table, indexes included)",
+                format!(
+                    "{:.1} MiB, {:.0} bytes/event",
+                    self.log_bytes as f64 / (1 << 20) as f64,
+                    self.log_bytes_per_event
+                ),
+            ),
             (
                 "raw append ceiling (same Postgres)",
                 format!("{} events/s", opt(self.append_ceiling_per_s)),

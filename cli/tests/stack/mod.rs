@@ -35,7 +35,7 @@ fn bin_dir() -> PathBuf {
 /// every artifact the test build made and only links the binaries; a build
 /// of just the service packages would resolve other features and recompile
 /// a dozen crates, then the test build would recompile them back.
-fn service_binaries() -> PathBuf {
+pub fn service_binaries() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {

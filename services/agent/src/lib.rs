@@ -13,6 +13,7 @@
 
 pub mod gpus;
 pub mod node;
+pub mod node_health;
 pub mod process;
 pub mod relay;
 pub mod relay_service;

@@ -14,6 +14,7 @@ use anyhow::Context;
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use gpusched_agent::net::NodeNet;
 use gpusched_agent::node::{run_node, NodeConfig};
+use gpusched_agent::node_health::{serve_node_health, NodeHealth};
 use gpusched_agent::relay::RelayConfig;
 use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
 use gpusched_agent::{agent_config, load_cluster, SimulatedAgent, SERVICE};
@@ -119,6 +120,9 @@ struct NodeArgs {
     /// A worker's log is rotated past this many MiB.
     #[arg(long, default_value_t = 64)]
     log_cap_mib: u64,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on this address.
+    #[arg(long, env = "GPUSCHED_HEALTH_LISTEN")]
+    health_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -204,7 +208,28 @@ async fn node(a: NodeArgs) -> anyhow::Result<()> {
             )
         })?;
     let shutdown = gpusched_runtime::shutdown_signal();
-    run_node(cfg, NodeNet::Nats(client), a.net.namespace, shutdown).await
+    let health = Arc::new(NodeHealth::default());
+    let probes = a.health_listen.map(|addr| {
+        let (node, health, shutdown) = (cfg.name.clone(), health.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = serve_node_health(addr, node, health, shutdown).await {
+                tracing::error!(%addr, error = %e, "--health-listen: cannot serve");
+            }
+        })
+    });
+    let out = run_node(
+        cfg,
+        NodeNet::Nats(client),
+        a.net.namespace,
+        shutdown.clone(),
+        health,
+    )
+    .await;
+    shutdown.cancel();
+    if let Some(task) = probes {
+        let _ = task.await;
+    }
+    out
 }
 
 async fn relay(a: RelayArgs) -> anyhow::Result<()> {
@@ -229,17 +254,29 @@ async fn relay(a: RelayArgs) -> anyhow::Result<()> {
     service.snapshots = snapshots;
     let shutdown = gpusched_runtime::shutdown_signal();
     tracing::info!(instance = %conns.instance, "node relay starting");
-    serve_relay(
+    let stats = Arc::new(RelayStats::default());
+    let observers = gpusched_runtime::spawn_observers(
+        RELAY_SERVICE,
+        a.stack.health_listen,
+        &stats.service,
+        &shutdown,
+    );
+    let out = serve_relay(
         conns.log,
         conns.bus,
         NodeNet::Nats(client),
         a.stack.namespace,
         cfg,
         service,
-        shutdown,
-        Arc::new(RelayStats::default()),
+        shutdown.clone(),
+        stats,
     )
-    .await
+    .await;
+    shutdown.cancel();
+    for task in observers {
+        let _ = task.await;
+    }
+    out
 }
 
 async fn simulate(args: SimArgs) -> anyhow::Result<()> {

@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -22,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::net::NodeNet;
+use crate::node_health::NodeHealth;
 use crate::process::{
     log_paths, Supervisor, SupervisorConfig, WorkerFact, WorkerKey, WorkerReport, WorkerSpec,
 };
@@ -121,13 +124,23 @@ struct Agent {
 /// Runs the agent until `shutdown`. Workers keep running when it returns
 /// (like a kubelet's); the next start kills them as orphans, since a new
 /// registration makes the relay requeue what ran here.
+///
+/// `health` gets what the probes and metrics read ([`NodeHealth`]).
 pub async fn run_node(
     cfg: NodeConfig,
     net: NodeNet,
     root: String,
     shutdown: CancellationToken,
+    health: Arc<NodeHealth>,
 ) -> anyhow::Result<()> {
     let boot = next_boot(&cfg.state_dir)?;
+    health.boot.store(boot, Ordering::Relaxed);
+    health
+        .gpus
+        .store(cfg.gpu_indices.len() as u64, Ordering::Relaxed);
+    health
+        .heartbeat_ms
+        .store(cfg.heartbeat.as_millis() as u64, Ordering::Relaxed);
     let (tx, mut reports) = mpsc::channel(1024);
     let mut sc = SupervisorConfig::new(cfg.state_dir.clone(), cfg.log_dir.clone());
     sc.kill_grace = cfg.kill_grace;
@@ -158,12 +171,22 @@ pub async fn run_node(
     tracing::info!(node = %agent.cfg.name, boot, gpus = ?agent.cfg.gpu_indices, "node agent registering");
     let mut beat = tokio::time::interval(agent.cfg.heartbeat);
     loop {
+        health.beat(net.connected());
         let changed = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = beat.tick() => { agent.enforce_max_runtime(); true }
             Some(msg) = orders.next() => match serde_json::from_slice::<NodeOrders>(&msg.payload) {
-                Ok(o) => agent.carry_out(o).await,
-                Err(e) => { tracing::warn!(error = %e, "malformed orders ignored"); false }
+                Ok(o) => {
+                    if o.boot == agent.boot {
+                        health.orders.fetch_add(1, Ordering::Relaxed);
+                    }
+                    agent.carry_out(o).await
+                }
+                Err(e) => {
+                    health.orders_malformed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "malformed orders ignored");
+                    false
+                }
             },
             Some(r) = reports.recv() => { agent.on_report(r); true }
             Some(msg) = logs.next() => {
@@ -176,10 +199,13 @@ pub async fn run_node(
             }
         };
         if changed {
-            let body = serde_json::to_vec(&agent.status()).context("encoding the status")?;
-            if let Err(e) = net.publish(status_to.clone(), body).await {
+            let status = agent.status();
+            let body = serde_json::to_vec(&status).context("encoding the status")?;
+            let sent = net.publish(status_to.clone(), body).await;
+            if let Err(e) = &sent {
                 tracing::warn!(error = %e, "status not sent; the next heartbeat retries");
             }
+            health.sent(&status, agent.busy_gpus(), sent.is_ok());
         }
     }
     net.flush().await;
@@ -208,6 +234,15 @@ impl Agent {
                 self.on_report(r);
             }
         }
+    }
+
+    /// GPUs held by running workers.
+    fn busy_gpus(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|h| matches!(h.status.state, WorkerState::Running { .. }))
+            .map(|h| h.gpus.len())
+            .sum()
     }
 
     fn status(&self) -> NodeStatus {

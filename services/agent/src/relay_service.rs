@@ -44,6 +44,8 @@ pub struct RelayStats {
     pub refused: AtomicU64,
     /// Orders sent.
     pub orders: AtomicU64,
+    /// The relay's decide loop, as every service's (health, metrics).
+    pub service: Arc<gpusched_runtime::ServiceStats>,
 }
 
 /// Subscribes to every agent's status; fills `inbox` until `shutdown`.
@@ -263,7 +265,7 @@ pub async fn serve_relay(
         service,
         make,
         shutdown.clone(),
-        Arc::new(gpusched_runtime::ServiceStats::default()),
+        stats.service.clone(),
     )
     .await;
     shutdown.cancel();

@@ -58,6 +58,7 @@ pub mod node;
 pub mod node_net;
 mod publisher;
 mod subscriber;
+pub mod testing;
 
 pub use envelope::{decode, encode, msg_id, BatchV1, Envelope};
 pub use error::BusError;

@@ -54,6 +54,14 @@ impl std::fmt::Debug for NodeNet {
 }
 
 impl NodeNet {
+    /// Whether the connection is up now (in-process: always).
+    pub fn connected(&self) -> bool {
+        match self {
+            NodeNet::Nats(c) => c.connection_state() == async_nats::connection::State::Connected,
+            NodeNet::Local(_) => true,
+        }
+    }
+
     /// Sends `payload` to `subject` (at most once; level-triggered peers
     /// repair a loss with the next message).
     pub async fn publish(&self, subject: String, payload: Vec<u8>) -> Result<(), NetError> {

@@ -4,8 +4,10 @@
 //! Owns: `GET /healthz` (liveness: the service's loop went round within
 //! [`STUCK_AFTER`]; a loop stuck on I/O or a lock is 503, whatever else
 //! still runs) and `GET /readyz` (readiness: alive, the event log
-//! reachable and the bus answering; leading at an epoch or standing by,
-//! both ready: a standby folds the log as it waits), both with the
+//! reachable, the bus answering and the fold at the log's end once;
+//! leading at an epoch or standing by, both ready: a standby folds the
+//! log as it waits, and a leader that loses its lease stands by), both
+//! with the
 //! service's counters as JSON, `/readyz` with `ready` and the reasons it
 //! is not (`not_ready`); and `GET /metrics`, the loop's Prometheus
 //! metrics (`crate::metrics`).
@@ -70,6 +72,9 @@ async fn readyz(State(h): State<Health>) -> (StatusCode, Json<Readiness>) {
     if alive != StatusCode::OK {
         not_ready.push("the service's loop is stuck");
     }
+    if stats.caught_up_unix_ms == 0 {
+        not_ready.push("still folding the log: its end not reached yet");
+    }
     if stats.log_down {
         not_ready.push("the event log is unreachable");
     }
@@ -103,21 +108,7 @@ pub fn health_router(service: &str, stats: Arc<ServiceStats>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(h)
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            crate::metrics::CONTENT_TYPE,
-                        )],
-                        crate::metrics::metrics_text(&registry),
-                    )
-                }
-            }),
-        )
+        .route("/metrics", crate::metrics::metrics_route(registry))
 }
 
 /// Serves [`health_router`] on `addr` until `shutdown`.
@@ -170,6 +161,10 @@ mod tests {
         let stats = Arc::new(ServiceStats::default());
         stats.beat();
         let addr = serve(stats.clone()).await;
+        let (code, body) = get_status(addr, "/readyz").await;
+        assert_eq!(code, 503, "not ready before the fold reached the log's end");
+        assert!(body.contains("still folding the log"), "{body}");
+        stats.caught_up();
         assert_eq!(get_status(addr, "/readyz").await.0, 200);
         stats.log_down.store(1, Ordering::Relaxed);
         let (code, body) = get_status(addr, "/readyz").await;
@@ -225,6 +220,7 @@ mod tests {
         // Never went round: not alive.
         assert_eq!(get_status(addr, "/healthz").await.0, 503);
         stats.beat();
+        stats.caught_up();
         stats.leading_epoch.store(7, Ordering::Relaxed);
         let (code, body) = get_status(addr, "/readyz").await;
         assert_eq!(code, 200);

@@ -34,12 +34,12 @@ pub use follow::{follow, read_view, FollowerHealth, SharedView};
 pub use health::{health_router, serve_health, STUCK_AFTER};
 pub use leader::{is_fenced, Candidate, Leader, LeaseLost, LeaseSpec};
 pub use log::{Log, LogPages, LoggedEvent, MemLog};
-pub use metrics::{gauge, gauge_family, metrics_text, service_registry};
+pub use metrics::{counter, gauge, gauge_family, metrics_route, metrics_text, service_registry};
 pub use projection::{Observer, Projection};
 pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{
-    init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, Connections, CycleArgs,
-    StackArgs,
+    init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, spawn_observers,
+    Connections, CycleArgs, StackArgs,
 };
 pub use snapshots::{load_newest, Loaded, SnapshotPolicy, Writer, Written};
 pub use stage::DEGRADED_POLL;

@@ -43,6 +43,21 @@ pub fn metrics_text(registry: &Registry) -> String {
     out
 }
 
+/// `GET /metrics` over `registry`, in the Prometheus text format.
+pub fn metrics_route<S: Clone + Send + Sync + 'static>(
+    registry: Arc<Registry>,
+) -> axum::routing::MethodRouter<S> {
+    axum::routing::get(move || {
+        let registry = registry.clone();
+        async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)],
+                metrics_text(&registry),
+            )
+        }
+    })
+}
+
 /// A registry of `service`'s loop metrics: every series is labelled
 /// `service`.
 pub fn service_registry(service: &str, stats: Arc<ServiceStats>) -> Registry {
@@ -63,6 +78,11 @@ pub fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(
     v: N,
 ) -> fmt::Result {
     single(enc, name, help, unit, ConstGauge::new(v))
+}
+
+/// Writes one unlabelled counter (`_total` is added to `name`).
+pub fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
+    single(enc, name, help, None, ConstCounter::new(v))
 }
 
 fn single(

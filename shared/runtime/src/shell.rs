@@ -213,6 +213,37 @@ pub fn shutdown_signal() -> CancellationToken {
     token
 }
 
+/// What watches a service's loop from outside it, until `shutdown`: the
+/// stats file (only when [`crate::stats::STATS_FILE_ENV`] names one) and
+/// the health endpoints (only with `--health-listen`). Await the handles
+/// after cancelling `shutdown`.
+pub fn spawn_observers(
+    service: &str,
+    health_listen: Option<std::net::SocketAddr>,
+    stats: &std::sync::Arc<crate::stats::ServiceStats>,
+    shutdown: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    // Stats leave the process only when asked (load tests, operators).
+    let writer = std::env::var_os(crate::stats::STATS_FILE_ENV).map(|path| {
+        crate::stats::spawn_stats_writer(
+            path.into(),
+            service.to_string(),
+            stats.clone(),
+            Duration::from_millis(200),
+            shutdown.clone(),
+        )
+    });
+    let health = health_listen.map(|addr| {
+        let (service, stats, shutdown) = (service.to_string(), stats.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = crate::health::serve_health(addr, &service, stats, shutdown).await {
+                tracing::error!(%addr, error = %e, "--health-listen: cannot serve");
+            }
+        })
+    });
+    [writer, health].into_iter().flatten().collect()
+}
+
 /// Runs one deciding service process: connects, then runs the decide loop
 /// until SIGTERM (the whole `main` of a deciding service).
 pub async fn serve<D, F>(service: &str, stack: &StackArgs, make: F) -> anyhow::Result<()>
@@ -229,28 +260,11 @@ where
     cfg.snapshots = snapshots;
     tracing::info!(service, instance = %conns.instance, "starting");
     let stats = std::sync::Arc::new(crate::stats::ServiceStats::default());
-    // Stats leave the process only when asked (load tests, operators).
-    let writer = std::env::var_os(crate::stats::STATS_FILE_ENV).map(|path| {
-        crate::stats::spawn_stats_writer(
-            path.into(),
-            service.to_string(),
-            stats.clone(),
-            Duration::from_millis(200),
-            shutdown.clone(),
-        )
-    });
-    let health = stack.health_listen.map(|addr| {
-        let (service, stats, shutdown) = (service.to_string(), stats.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(e) = crate::health::serve_health(addr, &service, stats, shutdown).await {
-                tracing::error!(%addr, error = %e, "--health-listen: cannot serve");
-            }
-        })
-    });
+    let observers = spawn_observers(service, stack.health_listen, &stats, &shutdown);
     let out =
         crate::service::run_service(conns.log, conns.bus, cfg, make, shutdown.clone(), stats).await;
     shutdown.cancel();
-    for task in [writer, health].into_iter().flatten() {
+    for task in observers {
         let _ = task.await;
     }
     out

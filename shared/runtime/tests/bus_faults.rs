@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{NatsServer, Timings};
+use common::Timings;
+use gpusched_bus::testing::NatsServer;
 use gpusched_bus::{BatchV1, BusError, Namespace, DEFAULT_PUBLISH_TIMEOUT};
 use gpusched_events::Event;
 use gpusched_model::JobId;

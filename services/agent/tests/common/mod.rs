@@ -242,7 +242,7 @@ impl Cluster {
         let cfg = node_config(self.dir.path(), name, 1);
         let (net, t, root) = (self.net.clone(), token.clone(), self.root.clone());
         tokio::spawn(async move {
-            if let Err(e) = run_node(cfg, net, root, t).await {
+            if let Err(e) = run_node(cfg, net, root, t, Default::default()).await {
                 panic!("agent stopped: {e:#}");
             }
         });

@@ -1,0 +1,127 @@
+//! `gpusched tenants apply FILE`: creates or replaces tenants from a TOML
+//! file of `[[tenant]]` tables (the format of a cluster file's tenants,
+//! so a cluster file works as is), through `PUT /v1/tenants/{name}`.
+//!
+//! Owns: reading and checking the file before anything is sent.
+//!
+//! Must never: send anything from a file with an error in it (every
+//! tenant is checked first), or guess a tenant the file does not name.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use gpusched_model::TenantSpec;
+use serde::Deserialize;
+
+use crate::client::{exit, fail, Conn};
+
+/// `gpusched tenants`.
+#[derive(clap::Subcommand, Debug)]
+pub enum TenantsCmd {
+    /// Create or replace every tenant a TOML file's `[[tenant]]` tables
+    /// describe (a cluster file works: its other sections are left alone).
+    Apply {
+        /// The file.
+        file: PathBuf,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Deserialize)]
+struct TenantsFile {
+    #[serde(default)]
+    tenant: Vec<TenantSpec>,
+}
+
+/// The file's tenants, checked; an error names the file and the field.
+fn read(file: &PathBuf) -> Result<Vec<TenantSpec>> {
+    let shown = file.display();
+    let text =
+        std::fs::read_to_string(file).map_err(|e| fail(exit::USAGE, format!("{shown}: {e}")))?;
+    let parsed: TenantsFile =
+        toml::from_str(&text).map_err(|e| fail(exit::USAGE, format!("{shown}: {e}")))?;
+    if parsed.tenant.is_empty() {
+        return Err(fail(exit::USAGE, format!("{shown}: no [[tenant]] table")));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, t) in parsed.tenant.iter().enumerate() {
+        t.check_fields().map_err(|e| {
+            fail(
+                exit::USAGE,
+                format!("{shown}: tenant[{i}].{}: {}", e.field, e.rule),
+            )
+        })?;
+        if !seen.insert(t.name.clone()) {
+            return Err(fail(
+                exit::USAGE,
+                format!("{shown}: tenant {} is listed twice", t.name),
+            ));
+        }
+    }
+    Ok(parsed.tenant)
+}
+
+/// `gpusched tenants ...`.
+pub async fn tenants(cmd: TenantsCmd) -> Result<()> {
+    let TenantsCmd::Apply { file, conn } = cmd;
+    let tenants = read(&file)?;
+    let c = conn.client()?;
+    for t in &tenants {
+        let path = format!("/v1/tenants/{}", t.name);
+        let (status, _) = c.put_json(&path, t).await.map_err(|e| {
+            let applied = tenants.iter().take_while(|x| x.name != t.name).count();
+            e.context(format!("tenant {} ({applied} before it applied)", t.name))
+        })?;
+        let what = if status == 201 { "created" } else { "replaced" };
+        println!("tenant {}: {what}", t.name);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let p = d.path().join("tenants.toml");
+        std::fs::write(&p, text).expect("write");
+        (d, p)
+    }
+
+    #[test]
+    fn a_bad_file_names_the_file_and_the_field_and_sends_nothing() {
+        let (_d, p) = file("[[tenant]]\nname = \"a\"\nweight = 0.0\n");
+        let e = read(&p).expect_err("weight 0 is refused").to_string();
+        assert!(
+            e.contains("tenants.toml") && e.contains("tenant[0].weight"),
+            "{e}"
+        );
+        let (_d, p) = file("[[tenant]]\nname = \"a\"\ncolour = 1\n");
+        let e = read(&p).expect_err("unknown field").to_string();
+        assert!(e.contains("colour"), "{e}");
+        let (_d, p) = file("[[tenant]]\nname = \"a\"\n[[tenant]]\nname = \"a\"\n");
+        assert!(read(&p)
+            .expect_err("twice")
+            .to_string()
+            .contains("listed twice"));
+        let (_d, p) = file("[topology]\nlevels = []\n");
+        assert!(read(&p)
+            .expect_err("none")
+            .to_string()
+            .contains("no [[tenant]]"));
+    }
+
+    #[test]
+    fn a_cluster_file_gives_its_tenants() {
+        let text = include_str!("../../docs/clusters/demo.toml");
+        let (_d, p) = file(text);
+        let names: Vec<String> = read(&p)
+            .expect("the demo cluster")
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["vision", "language", "speech"]);
+    }
+}
