@@ -508,7 +508,8 @@ const FLAVOR_LOOKUPS: usize = 100;
 
 /// What tells ended jobs' flavors: each tenant's flavors, and the flavor
 /// read from the log of jobs those do not settle.
-struct Flavors {
+#[derive(Default)]
+pub struct Flavors {
     tenants: TenantFlavors,
     logged: BTreeMap<u64, String>,
 }
@@ -542,6 +543,13 @@ impl Flavors {
         }
         self.logged.get(&u(j, "id")).cloned().unwrap_or(f)
     }
+}
+
+/// Jobs as `gpusched list` prints them, their run times counted to `now`
+/// (ms since the Unix epoch).
+pub fn jobs_table(jobs: &[Value], flavors: &Flavors, now: u64) -> String {
+    let rows: Vec<Vec<String>> = jobs.iter().map(|j| job_row(j, flavors, now)).collect();
+    table(&JOB_HEADER, &rows)
 }
 
 fn job_row(j: &Value, flavors: &Flavors, now: u64) -> Vec<String> {
@@ -712,9 +720,7 @@ pub async fn list(a: ListArgs) -> Result<()> {
         c.print_json(&Value::Array(jobs));
     } else {
         let flavors = Flavors::read(&c, &jobs).await;
-        let now = now_ms();
-        let rows: Vec<Vec<String>> = jobs.iter().map(|j| job_row(j, &flavors, now)).collect();
-        say!("{}", table(&JOB_HEADER, &rows));
+        say!("{}", jobs_table(&jobs, &flavors, now_ms()));
     }
     Ok(())
 }
@@ -843,6 +849,12 @@ pub async fn queues(a: Plain) -> Result<()> {
         c.print_json(&v);
         return Ok(());
     }
+    say!("{}", queues_table(&v));
+    Ok(())
+}
+
+/// `GET /v1/queues`'s answer as `gpusched queues` prints it.
+pub fn queues_table(v: &Value) -> String {
     let rows: Vec<Vec<String>> = v
         .get("queues")
         .and_then(Value::as_array)
@@ -866,25 +878,21 @@ pub async fn queues(a: Plain) -> Result<()> {
             ]
         })
         .collect();
-    say!(
-        "{}",
-        table(
-            &[
-                "TENANT",
-                "COHORT",
-                "FLAVOR",
-                "NOMINAL",
-                "BORROW_LIMIT",
-                "USED",
-                "BORROWED",
-                "LENT",
-                "PENDING",
-                "RUNNING"
-            ],
-            &rows
-        )
-    );
-    Ok(())
+    table(
+        &[
+            "TENANT",
+            "COHORT",
+            "FLAVOR",
+            "NOMINAL",
+            "BORROW_LIMIT",
+            "USED",
+            "BORROWED",
+            "LENT",
+            "PENDING",
+            "RUNNING",
+        ],
+        &rows,
+    )
 }
 
 /// `gpusched nodes`.
@@ -932,7 +940,13 @@ pub async fn nodes(a: NodesArgs) -> Result<()> {
         say!("{}", summary.to_text());
         return Ok(());
     }
-    let rows: Vec<Vec<String>> = kept
+    say!("{}", nodes_table(&kept));
+    Ok(())
+}
+
+/// Nodes of `GET /v1/nodes` as `gpusched nodes -l` prints them.
+pub fn nodes_table(nodes: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = nodes
         .iter()
         .map(|n| {
             let path: Vec<&str> = n
@@ -955,22 +969,18 @@ pub async fn nodes(a: NodesArgs) -> Result<()> {
             ]
         })
         .collect();
-    say!(
-        "{}",
-        table(
-            &[
-                "NODE",
-                "FLAVOR",
-                "TOPOLOGY",
-                "STATUS",
-                "GPUS_USED",
-                "JOBS",
-                "RESERVED_FOR"
-            ],
-            &rows
-        )
-    );
-    Ok(())
+    table(
+        &[
+            "NODE",
+            "FLAVOR",
+            "TOPOLOGY",
+            "STATUS",
+            "GPUS_USED",
+            "JOBS",
+            "RESERVED_FOR",
+        ],
+        &rows,
+    )
 }
 
 /// `gpusched watch`.

@@ -10,6 +10,7 @@ mod dev;
 mod logs;
 mod nodes;
 mod replay;
+mod review;
 mod spec;
 mod tenants;
 
@@ -69,6 +70,14 @@ enum Command {
     /// Configure tenants (admin).
     #[command(subcommand)]
     Tenants(tenants::TenantsCmd),
+    /// Every event about one job, node or tenant, from the log alone.
+    Timeline(review::TimelineArgs),
+    /// What changed between two instants of the log: admissions,
+    /// preemptions, quota moves, nodes lost, and each tenant's use.
+    Diff(review::DiffArgs),
+    /// Why a job was preempted: the victim search run again on the state
+    /// before the plan, every set it costed, and who got the GPUs.
+    WhyPreempted(review::WhyPreemptedArgs),
 }
 
 #[derive(clap::Args)]
@@ -108,6 +117,13 @@ struct ReplayArgs {
     /// event, and fail unless the two states are identical.
     #[arg(long, conflicts_with_all = ["until_time", "from_snapshot"])]
     verify: bool,
+    /// With --show: the instant, a sequence number or an RFC 3339 time on
+    /// the log's clock (the latest `at` its events carried) [default: the
+    /// log's end].
+    #[arg(long, value_name = "SEQ|TIME", requires = "show", conflicts_with_all = ["until_seq", "until_time"])]
+    at: Option<review::Instant>,
+    #[command(flatten)]
+    show: review::ShowArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -206,6 +222,9 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Replay(args) => replay_log(args),
+        Command::Timeline(args) => review::run(review::timeline(args)),
+        Command::Diff(args) => review::run(review::diff(args)),
+        Command::WhyPreempted(args) => review::run(review::why_preempted(args)),
         Command::Migrate(args) => migrate(args),
         Command::Dev(args) => dev::run(args),
         Command::Submit(a) => api(client::submit(a)),
@@ -422,6 +441,9 @@ fn migrate(args: MigrateArgs) -> Result<()> {
 }
 
 fn replay_log(args: ReplayArgs) -> Result<()> {
+    if let Some(what) = args.show.show {
+        return review::run(review::show(&args.database_url, args.at, what, &args.show));
+    }
     use gpusched_store::{EventStore, Until};
     let until = match (args.until_seq, &args.until_time) {
         (Some(n), _) => Until::Seq(n),

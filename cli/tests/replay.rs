@@ -2,11 +2,11 @@
 //! rebuilds has the live simulation's hash, whole and up to a sequence.
 #![allow(clippy::unwrap_used)]
 
-use gpusched_sim::{replay, Cluster, SimOptions, Simulator};
+mod simlog;
+
+use gpusched_sim::{replay, Cluster};
 use gpusched_store::testing::TestDb;
-use gpusched_store::NewEvent;
 use std::process::Command;
-use std::time::Duration;
 
 fn state_hash_line(out: &std::process::Output) -> String {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -25,27 +25,8 @@ fn state_hash_line(out: &std::process::Output) -> String {
 async fn logged_demo() -> (String, Vec<gpusched_events::Event>, TestDb) {
     let cluster = Cluster::demo();
     let workload = gpusched_sim::workload::demo(&cluster.tenants);
-    let opts = SimOptions {
-        cycle: cluster.cycle,
-        until: None,
-        record_events: true,
-    };
-    let mut sim = Simulator::new(&cluster, workload, opts).unwrap();
-    sim.run(&mut |_| {}).unwrap();
-    let live = sim.state().state_hash();
-    let log = sim.log().to_vec();
-
-    let db = TestDb::new().await;
-    let lease = db
-        .store
-        .acquire_lease("simulator", "0", "test", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
-    for batch in log.chunks(1000) {
-        let batch: Vec<NewEvent> = batch.iter().cloned().map(NewEvent::new).collect();
-        db.store.append(&batch, &lease.fence()).await.unwrap();
-    }
+    let (live, log) = simlog::simulate(&cluster, workload);
+    let db = simlog::logged(&log).await;
     (live, log, db)
 }
 

@@ -147,9 +147,15 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
     security(("bearer" = [])))]
 pub async fn queues(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<QueuesView> {
     let p = read_view(&gw.view);
-    Json(QueuesView {
-        queues: queue_rows(p.state()),
-    })
+    Json(queues_view(p.state()))
+}
+
+/// `GET /v1/queues`'s answer for a state (also what `gpusched replay
+/// --show queues` prints).
+pub fn queues_view(s: &State) -> QueuesView {
+    QueuesView {
+        queues: queue_rows(s),
+    }
 }
 
 /// A node as the API shows it.
@@ -189,7 +195,12 @@ pub struct NodesView {
     security(("bearer" = [])))]
 pub async fn nodes(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<NodesView> {
     let p = read_view(&gw.view);
-    let s = p.state();
+    Json(nodes_view(p.state()))
+}
+
+/// `GET /v1/nodes`'s answer for a state (also what `gpusched replay
+/// --show nodes` prints).
+pub fn nodes_view(s: &State) -> NodesView {
     let nodes = s
         .nodes()
         .iter()
@@ -209,7 +220,7 @@ pub async fn nodes(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<Nodes
             }
         })
         .collect();
-    Json(NodesView { nodes })
+    NodesView { nodes }
 }
 
 /// An admin change's answer.

@@ -293,7 +293,9 @@ pub struct JobView {
     reason: Option<String>,
 }
 
-fn job_view(s: &State, j: &Job) -> JobView {
+/// A job as `GET /v1/jobs/{id}` shows it (also what `gpusched replay
+/// --show jobs` lists).
+pub fn job_view(s: &State, j: &Job) -> JobView {
     JobView {
         id: j.id.0,
         state: phase_name(j.phase).to_string(),

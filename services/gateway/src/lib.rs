@@ -44,7 +44,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{hash_token, AuthArgs, AuthConfigError, Principal, Tokens};
+pub use cluster::{nodes_view, queues_view};
 pub use health::ReadyView;
+pub use jobs::{job_view, phase_name};
 pub use submit::{start_writer, SubmitError, Submitted, Submitter};
 
 /// Largest request body accepted (413 above).

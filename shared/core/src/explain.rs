@@ -20,9 +20,11 @@
 //! reservation guarantees, read a clock (`now` is passed in), or change
 //! anything.
 
+mod log_line;
 mod relief;
 mod words;
 
+pub use log_line::{log_line, nodes_touched, tenant_touched};
 pub use relief::{relief, Relief};
 
 use crate::capacity::CapacityOverlay;
@@ -85,7 +87,7 @@ impl Context {
 }
 
 /// When an event happened, if it carries a time.
-fn event_at(e: &Event) -> Option<Timestamp> {
+pub fn event_at(e: &Event) -> Option<Timestamp> {
     match e {
         Event::NodeAdded { at, .. }
         | Event::NodeLost { at, .. }

@@ -118,6 +118,17 @@ struct Cand {
     nodes: Vec<Assignment>,
 }
 
+impl Cand {
+    fn victim(&self) -> Victim {
+        Victim {
+            job: self.job,
+            deadline: self.deadline,
+            expected_lost_gpu_ms: self.lost,
+            cost: self.cost,
+        }
+    }
+}
+
 fn next_checkpoint_done(job: &Job, now: Timestamp) -> Option<Timestamp> {
     let c = job.spec.checkpoint?;
     let start = job.started_at?;
@@ -344,16 +355,7 @@ pub fn decide(
                 events.push(Event::PreemptionPlanned {
                     beneficiary: id,
                     cause: need.cause.clone(),
-                    victims: p
-                        .victims
-                        .iter()
-                        .map(|c| Victim {
-                            job: c.job,
-                            deadline: c.deadline,
-                            expected_lost_gpu_ms: c.lost,
-                            cost: c.cost,
-                        })
-                        .collect(),
+                    victims: p.victims.iter().map(Cand::victim).collect(),
                     reserve: p.reserve,
                     at: now,
                 });
@@ -368,6 +370,89 @@ pub fn decide(
         }
     }
     (events, stats)
+}
+
+/// One victim set a search costed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CostedSet {
+    /// The domain it frees room in (`None`: room existed, only quota was
+    /// missing).
+    pub domain: Option<String>,
+    /// Its victims: after the pass that drops any it can do without when it
+    /// suffices, else what the search had taken when it gave up.
+    pub victims: Vec<Victim>,
+    /// What the search minimises: the victims' summed cost (checkpoint
+    /// order) or their number (Kueue order).
+    pub key: u64,
+    /// Whether it frees what the beneficiary needs.
+    pub suffices: bool,
+}
+
+/// One beneficiary's victim search, run again for a review: what it looked
+/// at and every set it costed. The same search `decide` runs; reading it
+/// changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchReport {
+    /// Why the beneficiary may preempt.
+    pub cause: PreemptionCause,
+    /// GPUs of quota that must be freed (0: only room is missing).
+    pub quota_deficit: Gpus,
+    /// Candidates costed, in the order the search takes them.
+    pub candidates: Vec<Victim>,
+    /// Jobs looked at (eligible or not).
+    pub looked: u64,
+    /// Every set costed, in the order costed.
+    pub sets: Vec<CostedSet>,
+    /// The set chosen: the cheapest that suffices (an index into `sets`).
+    pub chosen: Option<usize>,
+    /// The beneficiary fits without anyone leaving.
+    pub fits_without_victims: bool,
+}
+
+/// The victim search `decide` would run for `beneficiary` on `state` at
+/// `now`, with its working; `None` when preemption cannot help the job
+/// (it is not waiting, or neither reclaim nor priority applies).
+pub fn search_report(
+    state: &State,
+    cfg: &CycleConfig,
+    beneficiary: JobId,
+    now: Timestamp,
+) -> Option<SearchReport> {
+    let job = state.job(beneficiary)?;
+    let need = need_of(state, job)?;
+    let taken = FxHashSet::default();
+    let search = Search {
+        state,
+        cfg,
+        job,
+        need: &need,
+        now,
+        taken: &taken,
+    };
+    let mut tally = Tally {
+        record: Some(Record::default()),
+        ..Tally::default()
+    };
+    let planned = plan(&search, &mut tally);
+    let record = tally.record.unwrap_or_default();
+    let chosen = planned.and_then(|p| {
+        let mut want: Vec<JobId> = p.victims.iter().map(|c| c.job).collect();
+        want.sort_unstable();
+        record.sets.iter().position(|s| {
+            let mut got: Vec<JobId> = s.victims.iter().map(|v| v.job).collect();
+            got.sort_unstable();
+            s.suffices && got == want
+        })
+    });
+    Some(SearchReport {
+        cause: need.cause.clone(),
+        quota_deficit: need.quota,
+        candidates: record.candidates,
+        looked: tally.looked,
+        sets: record.sets,
+        chosen,
+        fits_without_victims: tally.fits_without_victims,
+    })
 }
 
 /// What a waiting job needs freed, if preemption may help it.
@@ -494,6 +579,34 @@ struct Tally {
     young: bool,
     /// The beneficiary fits as things stand: nobody need leave.
     fits_without_victims: bool,
+    /// What a review asked to see (`search_report`); `None` in a cycle.
+    record: Option<Record>,
+}
+
+/// The search's working, kept only for a review.
+#[derive(Default)]
+struct Record {
+    candidates: Vec<Victim>,
+    sets: Vec<CostedSet>,
+}
+
+impl Tally {
+    fn record_set(
+        &mut self,
+        domain: Option<String>,
+        victims: Vec<Victim>,
+        key: u64,
+        suffices: bool,
+    ) {
+        if let Some(r) = self.record.as_mut() {
+            r.sets.push(CostedSet {
+                domain,
+                victims,
+                key,
+                suffices,
+            });
+        }
+    }
 }
 
 /// The candidates a beneficiary may take from, bounded.
@@ -624,6 +737,19 @@ fn candidates(
         }
     }
     (out, slack)
+}
+
+/// A domain as a review names it: its topology path, or its node's name
+/// at the node level.
+fn domain_label(state: &State, d: DomainIdx) -> String {
+    let dom = state.capacity().domain(d);
+    match dom.nodes.as_slice() {
+        [n] if dom.name.starts_with('#') => state
+            .nodes()
+            .get(n.index())
+            .map_or_else(|| dom.name.clone(), |x| x.spec.name.clone()),
+        _ => dom.name.clone(),
+    }
 }
 
 /// Freed GPUs per node in a domain at a level, from chosen victims.
@@ -795,7 +921,9 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         return None;
     }
     let (cands, slack) = candidates(s, tally, !fits_now);
-    let sets = &mut tally.sets;
+    if let Some(r) = tally.record.as_mut() {
+        r.candidates = cands.iter().map(Cand::victim).collect();
+    }
     if cands.is_empty() {
         return None;
     }
@@ -834,19 +962,29 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
             need.quota,
             cfg.preemption.order,
         );
-        *sets += 1;
-        if satisfied(&chosen, None) {
-            let chosen = minimal(chosen, None);
+        tally.sets += 1;
+        let suffices = satisfied(&chosen, None);
+        if suffices {
+            chosen = minimal(chosen, None);
+        }
+        let victims = chosen.iter().map(|&i| cands[i].victim()).collect();
+        tally.record_set(None, victims, key_of(&chosen), suffices);
+        if suffices {
             best = Some((key_of(&chosen), chosen, None));
         }
     } else {
-        // Domains holding candidates, most potential room first.
+        // Domains holding candidates, most potential room first; among
+        // equals, the one with the cheapest candidate (cost per GPU) first.
         let mut potential: FxHashMap<DomainIdx, u64> = FxHashMap::default();
+        let mut cheapest: FxHashMap<DomainIdx, u64> = FxHashMap::default();
         for c in &cands {
             for a in &c.nodes {
                 if let Some(d) = cap.node_domain(a.node, need.level) {
                     if usable_free(state, a.node, &own).is_some() {
                         *potential.entry(d).or_default() += a.gpus as u64;
+                        let per_gpu = c.cost / c.gpus.max(1) as u64;
+                        let e = cheapest.entry(d).or_insert(per_gpu);
+                        *e = (*e).min(per_gpu);
                     }
                 }
             }
@@ -860,14 +998,17 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
                 *p += cap.node_raw_free(n) as u64;
             }
         }
-        let mut doms: Vec<(u64, DomainIdx)> = potential
+        let mut doms: Vec<(u64, u64, DomainIdx)> = potential
             .into_iter()
-            .map(|(d, p)| (p + cap.domain(d).free as u64, d))
-            .filter(|&(p, _)| p >= need.workers as u64 * need.g as u64)
+            .map(|(d, p)| {
+                let c = cheapest.get(&d).copied().unwrap_or(u64::MAX);
+                (p + cap.domain(d).free as u64, c, d)
+            })
+            .filter(|&(p, _, _)| p >= need.workers as u64 * need.g as u64)
             .collect();
-        doms.sort_unstable_by(|a, b| b.cmp(a));
-        for &(_, d) in doms.iter().take(cfg.preemption.max_sets) {
-            *sets += 1;
+        doms.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        for &(_, _, d) in doms.iter().take(cfg.preemption.max_sets) {
+            tally.sets += 1;
             let mut chosen: Vec<usize> = Vec::new();
             // In-domain victims first, in order, until it fits …
             for i in 0..cands.len() {
@@ -890,12 +1031,15 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
                 need.quota,
                 cfg.preemption.order,
             );
-            if satisfied(&chosen, Some(d)) {
-                let chosen = minimal(chosen, Some(d));
-                let key = key_of(&chosen);
-                if best.as_ref().is_none_or(|b| key < b.0) {
-                    best = Some((key, chosen, Some(d)));
-                }
+            let suffices = satisfied(&chosen, Some(d));
+            if suffices {
+                chosen = minimal(chosen, Some(d));
+            }
+            let key = key_of(&chosen);
+            let victims = chosen.iter().map(|&i| cands[i].victim()).collect();
+            tally.record_set(Some(domain_label(state, d)), victims, key, suffices);
+            if suffices && best.as_ref().is_none_or(|b| key < b.0) {
+                best = Some((key, chosen, Some(d)));
             }
         }
     }

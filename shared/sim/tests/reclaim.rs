@@ -95,3 +95,52 @@ fn owner_reclaims_promptly_and_checkpoint_order_loses_less_than_kueue() {
         lk as f64 / 3.6e6
     );
 }
+
+/// A review's re-run of the victim search, on the state just before each
+/// logged plan, chooses the victims the plan names, and they are the
+/// cheapest of the sets it costed that suffice.
+#[test]
+fn the_search_run_again_before_a_plan_chooses_what_the_plan_logged() {
+    let (cluster, _) = scenario::reclaim(1);
+    let sim = run(VictimOrder::Checkpoint);
+    let log = sim.log();
+    let mut checked = 0;
+    for (i, e) in log.iter().enumerate() {
+        let Event::PreemptionPlanned {
+            beneficiary,
+            cause: cause @ PreemptionCause::Reclaim { .. },
+            victims,
+            at,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        let before = replay(&log[..i]).unwrap();
+        let report =
+            gpusched_core::preemption::search_report(&before, &cluster.cycle, *beneficiary, *at)
+                .unwrap();
+        assert_eq!(&report.cause, cause);
+        let chosen = &report.sets[report.chosen.unwrap()];
+        assert_eq!(&chosen.victims, victims, "plan at event {i}");
+        let cheapest = report
+            .sets
+            .iter()
+            .filter(|s| s.suffices)
+            .map(|s| s.key)
+            .min();
+        assert_eq!(Some(chosen.key), cheapest);
+        assert_eq!(chosen.key, victims.iter().map(|v| v.cost).sum::<u64>());
+        assert!(report.candidates.len() >= victims.len());
+        // Every candidate is a 1×8 job on a node of its own: a one-node
+        // beneficiary is best served by the cheapest of them, wherever it
+        // runs (the search must not cost only some nodes' sets).
+        let b = before.job(*beneficiary).unwrap();
+        if b.spec.workers == 1 {
+            let cheapest = report.candidates.iter().map(|c| c.cost).min();
+            assert_eq!(Some(chosen.key), cheapest, "plan at event {i}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "the scenario plans reclaims: {checked}");
+}

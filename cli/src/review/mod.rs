@@ -1,0 +1,240 @@
+//! Incident review from the event log alone, with no service running: the
+//! state at an instant (`replay --at --show`), what happened to a job, node
+//! or tenant (`timeline`), what changed between two instants (`diff`), and
+//! why a job was preempted (`why-preempted`).
+//!
+//! Owns: the walk (the log folded from its first event, each event shown to
+//! a visitor with the state just before it) and what an instant on the
+//! command line means. The log's clock is the latest time its events have
+//! carried so far: an event's time is its own `at`, or the time of the
+//! events before it when it carries none or an earlier one (services'
+//! clocks differ a little). Every event's time is therefore at or after the
+//! one before it, and "the log at T" is every event whose time is ≤ T.
+//!
+//! Must never: write to the log, or show a state the log does not fold to.
+
+mod diff;
+mod preempted;
+mod show;
+mod timeline;
+
+pub use diff::{diff, DiffArgs};
+pub use preempted::{why_preempted, WhyPreemptedArgs};
+pub use show::{show, ShowArgs};
+pub use timeline::{timeline, TimelineArgs};
+
+use std::str::FromStr;
+
+use anyhow::{Context, Result};
+use gpusched_core::{explain, State};
+use gpusched_events::Event;
+use gpusched_model::Timestamp;
+use gpusched_store::{EventStore, REPLAY_PAGE};
+
+/// A point in the log, as a flag gives it: a sequence number, or a time on
+/// the log's clock (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instant {
+    /// Just after the event with this sequence number.
+    Seq(i64),
+    /// Just after the last event whose time is at or before this one.
+    Time(Timestamp),
+}
+
+impl FromStr for Instant {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(n) = s.parse::<i64>() {
+            return if n >= 0 {
+                Ok(Instant::Seq(n))
+            } else {
+                Err(format!("{s}: a sequence number is 0 or more"))
+            };
+        }
+        let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
+            format!(
+                "{s:?} is neither a sequence number nor an RFC 3339 time \
+                 (such as 2026-12-02T03:12:00Z)"
+            )
+        })?;
+        let ms = u64::try_from(t.timestamp_millis())
+            .map_err(|_| format!("{s}: times before 1970 are not in any log"))?;
+        Ok(Instant::Time(Timestamp(ms)))
+    }
+}
+
+impl Instant {
+    /// Whether the event at `seq`, at log time `time`, is at or before this
+    /// instant.
+    pub fn covers(self, seq: i64, time: Timestamp) -> bool {
+        match self {
+            Instant::Seq(n) => seq <= n,
+            Instant::Time(t) => time <= t,
+        }
+    }
+}
+
+/// A log time as printed: UTC, to the millisecond.
+pub fn time_text(t: Timestamp) -> String {
+    i64::try_from(t.0)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || format!("{} ms", t.0),
+            |d| d.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        )
+}
+
+/// One event of the walk, with the state just before it.
+pub struct Step<'a> {
+    /// Its sequence number.
+    pub seq: i64,
+    /// Its time on the log's clock (module docs).
+    pub time: Timestamp,
+    /// The event.
+    pub event: &'a Event,
+    /// The state it meets.
+    pub before: &'a State,
+}
+
+/// What a walk shows each event to.
+pub trait Visitor {
+    /// Before the event is folded.
+    fn before(&mut self, step: &Step<'_>);
+    /// After it: `applied` is false for a decision the state refused as
+    /// superseded (it had no effect).
+    fn after(&mut self, _seq: i64, _applied: bool, _after: &State) {}
+}
+
+/// A visitor that looks at nothing.
+pub struct Quiet;
+
+impl Visitor for Quiet {
+    fn before(&mut self, _step: &Step<'_>) {}
+}
+
+/// Where a walk stopped.
+pub struct Walked {
+    /// The state after the last event folded.
+    pub state: State,
+    /// That event's sequence number (0: none).
+    pub seq: i64,
+    /// The log's clock there.
+    pub time: Timestamp,
+}
+
+/// Folds the log from its first event up to `until` (the whole log when
+/// `None`), showing each event to `visit`.
+pub async fn walk(
+    store: &EventStore,
+    until: Option<Instant>,
+    visit: &mut dyn Visitor,
+) -> Result<Walked> {
+    let upto = match until {
+        Some(Instant::Seq(n)) => n,
+        _ => store.max_seq().await.context("reading the log's end")?,
+    };
+    let mut out = Walked {
+        state: State::new(),
+        seq: 0,
+        time: Timestamp(0),
+    };
+    let mut pages = store.pages(0, upto, REPLAY_PAGE);
+    while let Some(page) = pages.next().await {
+        for entry in page.context("reading the log")? {
+            let time = explain::event_at(&entry.event).map_or(out.time, |t| t.max(out.time));
+            if until.is_some_and(|u| !u.covers(entry.seq, time)) {
+                return Ok(out);
+            }
+            visit.before(&Step {
+                seq: entry.seq,
+                time,
+                event: &entry.event,
+                before: &out.state,
+            });
+            let applied = out.state.apply(&entry.event).is_ok();
+            visit.after(entry.seq, applied, &out.state);
+            out.seq = entry.seq;
+            out.time = time;
+        }
+    }
+    Ok(out)
+}
+
+/// Connects to the log for a review.
+pub async fn connect(url: &str) -> Result<EventStore> {
+    EventStore::connect(url, 2)
+        .await
+        .with_context(|| format!("--database-url {url}: cannot connect"))
+}
+
+/// The `--database-url` flag every review command takes.
+#[derive(clap::Args, Debug)]
+pub struct LogArgs {
+    /// The event log's database.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
+    )]
+    pub database_url: String,
+}
+
+/// The `--from` / `--to` range of `timeline` and `diff`.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct RangeArgs {
+    /// From just after this instant: a sequence number or an RFC 3339 time
+    /// on the log's clock [default: the log's start].
+    #[arg(long, value_name = "SEQ|TIME")]
+    pub from: Option<Instant>,
+    /// Up to this instant, inclusive [default: the log's end].
+    #[arg(long, value_name = "SEQ|TIME")]
+    pub to: Option<Instant>,
+}
+
+impl RangeArgs {
+    /// Whether an event is inside the range.
+    pub fn contains(&self, seq: i64, time: Timestamp) -> bool {
+        self.from.is_none_or(|f| !f.covers(seq, time))
+            && self.to.is_none_or(|t| t.covers(seq, time))
+    }
+}
+
+/// Runs a review on a small runtime of its own.
+pub fn run<F: std::future::Future<Output = Result<()>>>(f: F) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instant_is_a_sequence_or_a_time() {
+        assert_eq!("42".parse::<Instant>(), Ok(Instant::Seq(42)));
+        assert_eq!(
+            "1970-01-01T00:00:01.5Z".parse::<Instant>(),
+            Ok(Instant::Time(Timestamp(1500)))
+        );
+        let e = "yesterday".parse::<Instant>().unwrap_err();
+        assert!(e.contains("RFC 3339"), "{e}");
+        assert!("-3".parse::<Instant>().is_err());
+    }
+
+    #[test]
+    fn a_range_is_open_at_its_start_and_closed_at_its_end() {
+        let r = RangeArgs {
+            from: Some(Instant::Seq(10)),
+            to: Some(Instant::Time(Timestamp(5000))),
+        };
+        assert!(!r.contains(10, Timestamp(100)));
+        assert!(r.contains(11, Timestamp(5000)));
+        assert!(!r.contains(12, Timestamp(5001)));
+        assert_eq!(time_text(Timestamp(1500)), "1970-01-01T00:00:01.500Z");
+    }
+}
