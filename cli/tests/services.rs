@@ -198,6 +198,18 @@ async fn assert_every_service_exports_metrics(stack: &Stack) {
             );
             assert_eq!(value(&samples, "gpusched_view_caught_up", None), Some(1.0));
             assert!(value(&samples, "gpusched_quota_nominal_gpus", None).is_some_and(|g| g > 0.0));
+            // Every job was admitted and bound at least once (more when
+            // preempted and resumed), counted from the log as it folded.
+            let sum = |name: &str| -> f64 {
+                samples
+                    .iter()
+                    .filter(|s| s.name == name)
+                    .map(|s| s.value)
+                    .sum()
+            };
+            assert!(sum("gpusched_admissions_total") >= 1000.0, "{samples:?}");
+            assert!(sum("gpusched_bindings_total") >= 1000.0, "{samples:?}");
+            assert!(value(&samples, "gpusched_reclaim_latency_seconds_count", None).is_some());
             continue;
         }
         let this = Some(("service", p.service.as_str()));

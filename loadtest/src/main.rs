@@ -139,6 +139,10 @@ pub struct Args {
     /// Rows written by the raw append-ceiling probe (0: skip it).
     #[arg(long, default_value_t = 100_000)]
     pub ceiling_rows: usize,
+    /// Keep the run's database (its event log) for incident review instead
+    /// of dropping it; the run prints its URL (docs/incident-review.md).
+    #[arg(long)]
+    pub keep_log: bool,
     /// Give up waiting after this many seconds.
     #[arg(long, default_value_t = 900.0)]
     pub timeout_s: f64,

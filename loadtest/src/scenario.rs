@@ -324,6 +324,7 @@ pub async fn run(args: Args) -> Result<bool> {
         lease_ttl_s: args.lease_ttl_s,
         logs: args.out.join("logs"),
         token: token.clone(),
+        keep_log: args.keep_log,
     };
     eprintln!(
         "loadtest {:?}: {} nodes x {} GPUs, {} jobs planned; {}",

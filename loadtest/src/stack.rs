@@ -50,6 +50,8 @@ pub struct StackOptions {
     pub logs: PathBuf,
     /// Bearer token the gateway is started with.
     pub token: String,
+    /// Leave the database (the run's event log) in place at teardown.
+    pub keep_log: bool,
 }
 
 /// One service process.
@@ -498,7 +500,17 @@ impl Stack {
         self.stop_all();
         self.store.pool().close().await;
         let streams = delete_streams(&self.opts.nats_url, &self.namespace).await;
-        let db = drop_database(&self.opts.admin_url, &self.db_name).await;
+        let db = if self.opts.keep_log {
+            eprintln!(
+                "kept the run's log: DATABASE_URL={} (drop it with: psql {} -c 'DROP DATABASE {}')",
+                db_url_for(&self.opts.admin_url, &self.db_name),
+                self.opts.admin_url,
+                self.db_name
+            );
+            Ok(())
+        } else {
+            drop_database(&self.opts.admin_url, &self.db_name).await
+        };
         streams.context("deleting the run's streams")?;
         db.context("dropping the run's database")
     }

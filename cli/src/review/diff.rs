@@ -3,13 +3,15 @@
 //! lost, quota moves, and nodes lost, rejoined, cordoned or drained; then
 //! each tenant's use per flavor at both ends.
 //!
-//! Owns: the tallies of a range of the log. Must never: count a decision
-//! the state refused (a superseded one had no effect).
+//! Owns: the tallies of a range of the log beyond those the metrics keep
+//! (admissions, bindings, preemptions and lost work are counted by
+//! `gpusched_core::tally`, the gateway's rules). Must never: count a
+//! decision the state refused (a superseded one had no effect).
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use gpusched_core::{Phase, State};
+use gpusched_core::{LogTally, Phase, State};
 use gpusched_events::{Event, Outcome, PreemptionCause};
 use serde_json::Value;
 
@@ -53,18 +55,17 @@ fn use_of(s: &State) -> Result<Use> {
 struct Tally {
     range: Option<RangeArgs>,
     /// Where the range starts: the state's use and jobs per state then.
-    start: Option<(i64, gpusched_model::Timestamp, Use, Vec<u64>)>,
-    /// Counts by what happened (kind, detail).
+    start: Option<(i64, Option<gpusched_model::Timestamp>, Use, Vec<u64>)>,
+    /// What the metrics count, by the same rules (`gpusched_core::tally`).
+    log: LogTally,
+    /// Other counts by what happened (kind, detail).
     counts: BTreeMap<(&'static str, String), u64>,
-    /// Work lost by preemption and by lost nodes, GPU-ms.
-    lost_preempted_gpu_ms: u64,
-    lost_requeued_gpu_ms: u64,
     /// Lines for quota moves and node changes, in log order.
     changes: Vec<String>,
-    /// The event under the fold and its count key, until it is known to
-    /// have taken effect.
+    /// The event under the fold: whether it is in the range, and its
+    /// count key and change line, until it is known to have taken effect.
+    in_range: bool,
     pending: Vec<(&'static str, String)>,
-    pending_lost: (u64, u64),
     pending_change: Option<String>,
     error: Option<anyhow::Error>,
 }
@@ -125,7 +126,8 @@ impl Tally {
 impl Visitor for Tally {
     fn before(&mut self, step: &Step<'_>) {
         let Some(range) = self.range else { return };
-        if !range.contains(step.seq, step.time) {
+        self.in_range = range.contains(step.seq, step.time);
+        if !self.in_range {
             return;
         }
         if self.start.is_none() {
@@ -147,29 +149,6 @@ impl Visitor for Tally {
         match step.event {
             Event::JobSubmitted { spec, .. } => self.note("submitted", spec.tenant.clone()),
             Event::JobRejected { job, .. } => self.note("rejected", tenant(job)),
-            Event::JobAdmitted {
-                job,
-                flavor,
-                borrowed,
-                ..
-            } => {
-                let how = if *borrowed > 0 {
-                    "borrowing"
-                } else {
-                    "own quota"
-                };
-                self.note("admitted", format!("{}/{flavor} ({how})", tenant(job)));
-            }
-            Event::JobBound {
-                job, backfill_for, ..
-            } => {
-                let how = if backfill_for.is_some() {
-                    " as backfill"
-                } else {
-                    ""
-                };
-                self.note("bound", format!("{}{how}", tenant(job)));
-            }
             Event::JobFinished { job, outcome, .. } => {
                 let how = match outcome {
                     Outcome::Succeeded => "succeeded",
@@ -188,18 +167,6 @@ impl Visitor for Tally {
                         format!("{} for {}", tenant(&v.job), cause_key(cause)),
                     );
                 }
-            }
-            Event::JobPreempted {
-                job, lost_gpu_ms, ..
-            } => {
-                self.note("preempted", tenant(job));
-                self.pending_lost.0 += lost_gpu_ms;
-            }
-            Event::JobRequeued {
-                job, lost_gpu_ms, ..
-            } => {
-                self.note("requeued (node lost)", tenant(job));
-                self.pending_lost.1 += lost_gpu_ms;
             }
             Event::NodeLost { node: n, .. } => {
                 self.note("nodes", "lost");
@@ -233,20 +200,42 @@ impl Visitor for Tally {
         }
     }
 
-    fn after(&mut self, _seq: i64, applied: bool, _after: &State) {
+    fn after(&mut self, _seq: i64, event: &Event, applied: bool, after: &State) {
         let notes = std::mem::take(&mut self.pending);
-        let lost = std::mem::take(&mut self.pending_lost);
         let change = self.pending_change.take();
-        if !applied {
+        if !self.in_range || !applied {
             return;
         }
+        self.log.observe(after, event, applied);
         for k in notes {
             *self.counts.entry(k).or_default() += 1;
         }
-        self.lost_preempted_gpu_ms += lost.0;
-        self.lost_requeued_gpu_ms += lost.1;
         self.changes.extend(change);
     }
+}
+
+/// The tally's counts as rows of (what, detail, count).
+fn log_rows(t: &LogTally) -> Vec<(&'static str, String, u64)> {
+    let yes = |b: bool, s: &str| if b { format!(" ({s})") } else { String::new() };
+    let mut rows = Vec::new();
+    for ((tenant, flavor, b), n) in &t.admissions {
+        rows.push((
+            "admitted",
+            format!("{tenant}/{flavor}{}", yes(*b, "borrowing")),
+            *n,
+        ));
+    }
+    for ((tenant, flavor, b), n) in &t.bindings {
+        rows.push((
+            "bound",
+            format!("{tenant}/{flavor}{}", yes(*b, "backfill")),
+            *n,
+        ));
+    }
+    for ((cause, tenant), n) in &t.preemptions {
+        rows.push(("preempted", format!("{tenant} for {cause}"), *n));
+    }
+    rows
 }
 
 /// Prints what changed between `--from` and `--to`.
@@ -271,9 +260,9 @@ pub async fn diff(args: DiffArgs) -> Result<()> {
         return Ok(());
     };
     println!(
-        "from seq {from_seq} ({}) to seq {} ({})",
-        time_text(from_time),
+        "after seq {from_seq} up to seq {}: events from {} to {}",
         w.seq,
+        time_text(from_time),
         time_text(w.time)
     );
     println!();
@@ -291,10 +280,12 @@ pub async fn diff(args: DiffArgs) -> Result<()> {
         .collect();
     println!("{}", table(&["JOBS", "FROM", "TO"], &rows));
     println!();
-    let rows: Vec<Vec<String>> = t
-        .counts
-        .iter()
-        .map(|((k, d), n)| vec![k.to_string(), d.clone(), n.to_string()])
+    let mut rows: Vec<(&str, String, u64)> = log_rows(&t.log);
+    rows.extend(t.counts.iter().map(|((k, d), n)| (*k, d.clone(), *n)));
+    rows.sort();
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(k, d, n)| vec![k.to_string(), d, n.to_string()])
         .collect();
     if rows.is_empty() {
         println!("nothing was submitted, admitted, bound, preempted or ended");
@@ -302,11 +293,25 @@ pub async fn diff(args: DiffArgs) -> Result<()> {
         println!("{}", table(&["WHAT", "DETAIL", "COUNT"], &rows));
     }
     println!();
-    println!(
-        "work lost: {:.2} GPU-hours to preemption, {:.2} GPU-hours to lost nodes",
-        t.lost_preempted_gpu_ms as f64 / 3.6e6,
-        t.lost_requeued_gpu_ms as f64 / 3.6e6
-    );
+    let lost: Vec<String> = t
+        .log
+        .lost_gpu_ms
+        .iter()
+        .map(|(cause, ms)| format!("{:.2} GPU-hours to {cause}", *ms as f64 / 3.6e6))
+        .collect();
+    if lost.is_empty() {
+        println!("work lost: none");
+    } else {
+        println!("work lost: {}", lost.join(", "));
+    }
+    let h = &t.log.reclaim_latency;
+    if h.count() > 0 {
+        println!(
+            "reclaims: {} owner jobs bound after a plan reclaimed for them, {:.1} s on average from plan to bound",
+            h.count(),
+            h.sum_ms as f64 / 1e3 / h.count() as f64
+        );
+    }
     if !t.changes.is_empty() {
         println!();
         println!("quota and node changes:");

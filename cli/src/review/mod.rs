@@ -65,18 +65,22 @@ impl FromStr for Instant {
 }
 
 impl Instant {
-    /// Whether the event at `seq`, at log time `time`, is at or before this
-    /// instant.
-    pub fn covers(self, seq: i64, time: Timestamp) -> bool {
+    /// Whether the event at `seq`, at log time `time` (`None`: before any
+    /// timed event), is at or before this instant.
+    pub fn covers(self, seq: i64, time: Option<Timestamp>) -> bool {
         match self {
             Instant::Seq(n) => seq <= n,
-            Instant::Time(t) => time <= t,
+            Instant::Time(t) => time.is_none_or(|x| x <= t),
         }
     }
 }
 
-/// A log time as printed: UTC, to the millisecond.
-pub fn time_text(t: Timestamp) -> String {
+/// A log time as printed: UTC, to the millisecond; `-` before the log's
+/// first timed event.
+pub fn time_text(t: impl Into<Option<Timestamp>>) -> String {
+    let Some(t) = t.into() else {
+        return "-".to_string();
+    };
     i64::try_from(t.0)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis)
@@ -90,8 +94,9 @@ pub fn time_text(t: Timestamp) -> String {
 pub struct Step<'a> {
     /// Its sequence number.
     pub seq: i64,
-    /// Its time on the log's clock (module docs).
-    pub time: Timestamp,
+    /// Its time on the log's clock (module docs); `None` before the first
+    /// event that carries one.
+    pub time: Option<Timestamp>,
     /// The event.
     pub event: &'a Event,
     /// The state it meets.
@@ -103,8 +108,8 @@ pub trait Visitor {
     /// Before the event is folded.
     fn before(&mut self, step: &Step<'_>);
     /// After it: `applied` is false for a decision the state refused as
-    /// superseded (it had no effect).
-    fn after(&mut self, _seq: i64, _applied: bool, _after: &State) {}
+    /// superseded (it had no effect); `after` is the state it made.
+    fn after(&mut self, _seq: i64, _event: &Event, _applied: bool, _after: &State) {}
 }
 
 /// A visitor that looks at nothing.
@@ -121,7 +126,7 @@ pub struct Walked {
     /// That event's sequence number (0: none).
     pub seq: i64,
     /// The log's clock there.
-    pub time: Timestamp,
+    pub time: Option<Timestamp>,
 }
 
 /// Folds the log from its first event up to `until` (the whole log when
@@ -138,12 +143,15 @@ pub async fn walk(
     let mut out = Walked {
         state: State::new(),
         seq: 0,
-        time: Timestamp(0),
+        time: None,
     };
     let mut pages = store.pages(0, upto, REPLAY_PAGE);
     while let Some(page) = pages.next().await {
         for entry in page.context("reading the log")? {
-            let time = explain::event_at(&entry.event).map_or(out.time, |t| t.max(out.time));
+            let time = match (explain::event_at(&entry.event), out.time) {
+                (Some(t), Some(c)) => Some(t.max(c)),
+                (t, c) => t.or(c),
+            };
             if until.is_some_and(|u| !u.covers(entry.seq, time)) {
                 return Ok(out);
             }
@@ -154,7 +162,7 @@ pub async fn walk(
                 before: &out.state,
             });
             let applied = out.state.apply(&entry.event).is_ok();
-            visit.after(entry.seq, applied, &out.state);
+            visit.after(entry.seq, &entry.event, applied, &out.state);
             out.seq = entry.seq;
             out.time = time;
         }
@@ -195,7 +203,7 @@ pub struct RangeArgs {
 
 impl RangeArgs {
     /// Whether an event is inside the range.
-    pub fn contains(&self, seq: i64, time: Timestamp) -> bool {
+    pub fn contains(&self, seq: i64, time: Option<Timestamp>) -> bool {
         self.from.is_none_or(|f| !f.covers(seq, time))
             && self.to.is_none_or(|t| t.covers(seq, time))
     }
@@ -232,9 +240,11 @@ mod tests {
             from: Some(Instant::Seq(10)),
             to: Some(Instant::Time(Timestamp(5000))),
         };
-        assert!(!r.contains(10, Timestamp(100)));
-        assert!(r.contains(11, Timestamp(5000)));
-        assert!(!r.contains(12, Timestamp(5001)));
+        assert!(!r.contains(10, Some(Timestamp(100))));
+        assert!(r.contains(11, Some(Timestamp(5000))));
+        assert!(!r.contains(12, Some(Timestamp(5001))));
+        assert!(r.contains(11, None));
         assert_eq!(time_text(Timestamp(1500)), "1970-01-01T00:00:01.500Z");
+        assert_eq!(time_text(None), "-");
     }
 }

@@ -65,7 +65,7 @@ pub async fn show(url: &str, at: Option<Instant>, what: ShowWhat, args: &ShowArg
             client::queues_table(&v)
         }
         ShowWhat::Nodes => nodes_text(&w.state, args.long)?,
-        ShowWhat::Jobs => jobs_text(&w.state, args, w.time.0)?,
+        ShowWhat::Jobs => jobs_text(&w.state, args, w.time.map_or(0, |t| t.0))?,
     };
     println!("{text}");
     Ok(())

@@ -89,7 +89,7 @@ impl Visitor for Lines {
             return;
         }
         self.lines.push(format!(
-            "{:>9}  {}  {}",
+            "{:>9}  {:<24}  {}",
             step.seq,
             time_text(step.time),
             explain::log_line(step.before, step.event)
@@ -97,7 +97,7 @@ impl Visitor for Lines {
         self.pending = Some(step.seq);
     }
 
-    fn after(&mut self, seq: i64, applied: bool, _after: &State) {
+    fn after(&mut self, seq: i64, _event: &Event, applied: bool, _after: &State) {
         if self.pending.take() == Some(seq) && !applied {
             if let Some(l) = self.lines.last_mut() {
                 l.push_str("  [superseded: no effect]");

@@ -127,6 +127,7 @@ async fn session(
         lease_ttl_s: plan.lease_ttl_s,
         logs: args.out.join("logs"),
         token: token.clone(),
+        keep_log: false,
     };
     let mut stack = Stack::create(opts, bin_dir).await?;
     let mut run = Run {

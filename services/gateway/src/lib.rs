@@ -131,7 +131,7 @@ pub fn start_with(
         ttl: lease_ttl,
     };
     let (submitter, writer) = start_writer(log.clone(), bus.clone(), spec, shutdown.clone());
-    let view: SharedView = Arc::new(std::sync::RwLock::new(Projection::new()));
+    let view: SharedView = Arc::new(std::sync::RwLock::new(Projection::new().counting()));
     let follower = Arc::new(FollowerHealth::default());
     let task = tokio::spawn(follow(
         log.clone(),

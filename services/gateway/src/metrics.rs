@@ -18,9 +18,12 @@ use std::sync::Arc;
 use axum::extract::State as AxState;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
+use gpusched_core::tally::RECLAIM_BUCKETS_S;
+use gpusched_core::LogTally;
 use gpusched_core::{Phase, State};
 use gpusched_runtime::{
-    gauge, gauge_family, metrics_text, read_view, wall_clock, FollowerHealth, SharedView,
+    counter_family, gauge, gauge_family, histogram_seconds, metrics_text, read_view, wall_clock,
+    FollowerHealth, SharedView,
 };
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -101,19 +104,95 @@ fn pending(s: &State) -> BTreeMap<Key, Pending> {
     pending
 }
 
+/// What the log did since this gateway started folding it (counters
+/// start from the snapshot it started at, as Prometheus counters do at a
+/// restart).
+fn encode_tally(e: &mut DescriptorEncoder, t: &LogTally) -> fmt::Result {
+    let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
+    counter_family(
+        e,
+        "admissions",
+        "Jobs admitted (quota charged), by tenant, flavor and whether they borrowed.",
+        None,
+        t.admissions.iter().map(|((tenant, flavor, b), n)| {
+            (
+                vec![
+                    ("tenant", tenant.clone()),
+                    ("flavor", flavor.clone()),
+                    ("borrowing", yes_no(*b)),
+                ],
+                *n,
+            )
+        }),
+    )?;
+    counter_family(
+        e,
+        "bindings",
+        "Gangs bound to GPUs, by tenant, flavor and whether as backfill.",
+        None,
+        t.bindings.iter().map(|((tenant, flavor, b), n)| {
+            (
+                vec![
+                    ("tenant", tenant.clone()),
+                    ("flavor", flavor.clone()),
+                    ("backfill", yes_no(*b)),
+                ],
+                *n,
+            )
+        }),
+    )?;
+    counter_family(
+        e,
+        "preemptions",
+        "Victims stopped, by the cause of their plan (reclaim, priority, reservation) and the victim's tenant.",
+        None,
+        t.preemptions.iter().map(|((cause, tenant), n)| {
+            (
+                vec![("cause", cause.to_string()), ("tenant", tenant.clone())],
+                *n,
+            )
+        }),
+    )?;
+    counter_family(
+        e,
+        "lost_gpu",
+        "GPU-seconds of work lost since the last complete checkpoint, by cause (a preemption cause, or node_lost).",
+        Some(&Unit::Seconds),
+        t.lost_gpu_ms
+            .iter()
+            .map(|(cause, ms)| (vec![("cause", cause.to_string())], *ms as f64 / 1e3)),
+    )?;
+    let h = &t.reclaim_latency;
+    let buckets: Vec<(f64, u64)> = RECLAIM_BUCKETS_S
+        .iter()
+        .zip(h.counts.iter())
+        .map(|(b, c)| (*b, *c))
+        .collect();
+    histogram_seconds(
+        e,
+        "reclaim_latency",
+        "From the plan that reclaims for a quota owner's job to that job bound (log time).",
+        h.sum_ms as f64 / 1e3,
+        h.count(),
+        &buckets,
+    )
+}
+
 impl Collector for ViewCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let now_ms = wall_clock().0;
-        let (seq, rows, pending, by_state) = {
+        let (seq, rows, pending, by_state, tally) = {
             let p = read_view(&self.view);
             let s = p.state();
             let by_state: Vec<(&str, u64)> = Phase::ALL
                 .iter()
                 .map(|ph| (phase_name(*ph), s.phase_counts().get(*ph)))
                 .collect();
-            (p.seq(), queue_rows(s), pending(s), by_state)
+            let tally = p.tally().cloned().unwrap_or_default();
+            (p.seq(), queue_rows(s), pending(s), by_state, tally)
         };
         let e = &mut enc;
+        encode_tally(e, &tally)?;
         gauge_family(
             e,
             "jobs",

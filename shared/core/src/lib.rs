@@ -21,8 +21,10 @@ pub mod quota;
 pub mod recovery;
 pub mod snapshot;
 pub mod state;
+pub mod tally;
 
 pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
 pub use cycle::{run_cycle, run_cycle_timed, CycleConfig, CycleStats, ScanMemo, Stage, StageClock};
 pub use preemption::{PreemptionConfig, VictimOrder};
 pub use state::{worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};
+pub use tally::LogTally;

@@ -132,7 +132,7 @@ async fn start_from_snapshot(log: &Log, view: &SharedView) {
     if let Some((snap, _)) = crate::snapshots::load_newest(log, "follower").await {
         let mut p = write_view(view);
         if p.seq() == 0 {
-            *p = Projection::at(snap.state, snap.seq);
+            p.restart_at(snap.state, snap.seq);
         }
     }
 }

@@ -34,7 +34,10 @@ pub use follow::{follow, read_view, FollowerHealth, SharedView};
 pub use health::{health_router, serve_health, STUCK_AFTER};
 pub use leader::{is_fenced, Candidate, Leader, LeaseLost, LeaseSpec};
 pub use log::{Log, LogPages, LoggedEvent, MemLog};
-pub use metrics::{counter, gauge, gauge_family, metrics_route, metrics_text, service_registry};
+pub use metrics::{
+    counter, counter_family, gauge, gauge_family, histogram_seconds, metrics_route, metrics_text,
+    service_registry,
+};
 pub use projection::{Observer, Projection};
 pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{

@@ -112,6 +112,37 @@ pub fn gauge_family<'a, N: prometheus_client::encoding::EncodeGaugeValue + 'a>(
     Ok(())
 }
 
+/// Writes a family of counters, one per label set (`_total` is added to
+/// `name`, after its unit).
+pub fn counter_family<'a, N: prometheus_client::encoding::EncodeCounterValue + 'a>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (labels, v) in rows {
+        let fm = m.encode_family(&labels)?;
+        ConstCounter::new(v).encode(fm)?;
+    }
+    Ok(())
+}
+
+/// Writes one unlabelled histogram in seconds: `buckets` are (upper bound,
+/// count in that bucket alone), `count` every observation (`+Inf`).
+pub fn histogram_seconds(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    sum_s: f64,
+    count: u64,
+    buckets: &[(f64, u64)],
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    m.encode_histogram::<NoLabelSet>(sum_s, count, buckets, None)
+}
+
 #[derive(Debug)]
 struct LoopCollector {
     stats: Arc<ServiceStats>,

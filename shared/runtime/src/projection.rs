@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gpusched_bus::BatchV1;
-use gpusched_core::State;
+use gpusched_core::{LogTally, State};
 use gpusched_events::Event;
 use gpusched_store::Result;
 
@@ -36,6 +36,9 @@ pub struct Projection {
     ahead: BTreeMap<u64, Arc<BatchV1>>,
     gap_since: Option<Instant>,
     superseded: u64,
+    /// What the folded events did, counted (`counting`); `None` in the
+    /// deciding services, which do not export it.
+    tally: Option<Box<LogTally>>,
 }
 
 impl Projection {
@@ -55,6 +58,27 @@ impl Projection {
             seq,
             ..Default::default()
         }
+    }
+
+    /// This projection, counting what the events it folds from now on do
+    /// (`tally`).
+    pub fn counting(mut self) -> Self {
+        self.tally.get_or_insert_with(Box::default);
+        self
+    }
+
+    /// What the events folded since counting began did, if counting.
+    pub fn tally(&self) -> Option<&LogTally> {
+        self.tally.as_deref()
+    }
+
+    /// Moves to a checked snapshot: `state` is the log folded up to `seq`.
+    /// A tally keeps counting from there (the events the snapshot covers
+    /// are not counted).
+    pub fn restart_at(&mut self, state: State, seq: u64) {
+        let tally = self.tally.take();
+        *self = Projection::at(state, seq);
+        self.tally = tally;
     }
 
     /// Folds the whole log as it stands.
@@ -124,6 +148,9 @@ impl Projection {
             self.superseded += 1;
         }
         self.seq = seq;
+        if let Some(t) = self.tally.as_mut() {
+            t.observe(&self.state, ev, ok);
+        }
         observe(&self.state, seq, ev, ok);
     }
 

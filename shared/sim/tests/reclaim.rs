@@ -144,3 +144,43 @@ fn the_search_run_again_before_a_plan_chooses_what_the_plan_logged() {
     }
     assert!(checked >= 2, "the scenario plans reclaims: {checked}");
 }
+
+/// The log's tally, folded beside the state, counts every victim stopped
+/// under its plan's cause, the work they lost, and one reclaim latency
+/// per owner job that a reclaim was planned for; nothing stays in flight.
+#[test]
+fn the_tally_counts_the_reclaims_by_cause() {
+    let sim = run(VictimOrder::Checkpoint);
+    let log = sim.log();
+    let mut state = gpusched_core::State::new();
+    let mut tally = gpusched_core::LogTally::default();
+    for e in log {
+        let applied = state.apply(e).is_ok();
+        tally.observe(&state, e, applied);
+    }
+    let preempted: Vec<u64> = log
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobPreempted { lost_gpu_ms, .. } => Some(*lost_gpu_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tally.preemptions.get(&("reclaim", "batch".to_string())),
+        Some(&(preempted.len() as u64))
+    );
+    assert_eq!(tally.preemptions.len(), 1, "{:?}", tally.preemptions);
+    assert_eq!(
+        tally.lost_gpu_ms.get("reclaim"),
+        Some(&preempted.iter().sum::<u64>())
+    );
+    let beneficiaries: std::collections::BTreeSet<JobId> =
+        reclaims(log).iter().map(|r| r.0).collect();
+    assert_eq!(tally.reclaim_latency.count(), beneficiaries.len() as u64);
+    let admitted = log
+        .iter()
+        .filter(|e| matches!(e, Event::JobAdmitted { .. }))
+        .count() as u64;
+    assert_eq!(tally.admissions.values().sum::<u64>(), admitted);
+    assert_eq!(tally.in_flight(), 0);
+}
