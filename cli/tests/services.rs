@@ -225,10 +225,28 @@ async fn assert_every_service_exports_metrics(stack: &Stack) {
             p.service
         );
         assert!(
+            value(&samples, "gpusched_bus_backlog_messages", this).is_some(),
+            "{}: no bus backlog",
+            p.service
+        );
+        assert!(
             value(&samples, "gpusched_cycle_duration_seconds_count", this).is_some(),
             "{}: no cycle histogram",
             p.service
         );
+        let work = |name: &str| value(&samples, name, this).unwrap_or(-1.0);
+        match p.service.as_str() {
+            "quota" | "placement" => assert!(
+                work("gpusched_heads_examined_total") >= 1000.0
+                    && work("gpusched_cycle_heads_examined_max") >= 1.0,
+                "{}: every job was a head at least once",
+                p.service
+            ),
+            _ => {}
+        }
+        if p.service == "placement" {
+            assert!(work("gpusched_domains_probed_total") > 0.0);
+        }
         if p.service == "admission" {
             let appended = value(&samples, "gpusched_events_appended_total", this);
             assert!(

@@ -116,6 +116,10 @@ struct Agent {
     workers: BTreeMap<WorkerKey, Held>,
     /// Runs to stop as soon as a checkpoint completes.
     stop_on_checkpoint: BTreeSet<(u64, u32)>,
+    /// When the agent signalled each of those runs to checkpoint.
+    checkpoint_asked: BTreeMap<(u64, u32), Instant>,
+    /// What the probes and metrics read.
+    health: Arc<NodeHealth>,
     /// Runs being stopped (so an order repeated is not carried out twice).
     stopping: BTreeSet<(u64, u32)>,
     timed_out: BTreeSet<(u64, u32)>,
@@ -151,6 +155,8 @@ pub async fn run_node(
         sup: Supervisor::new(sc, tx),
         workers: BTreeMap::new(),
         stop_on_checkpoint: BTreeSet::new(),
+        checkpoint_asked: BTreeMap::new(),
+        health: health.clone(),
         stopping: BTreeSet::new(),
         timed_out: BTreeSet::new(),
         cfg,
@@ -316,8 +322,7 @@ impl Agent {
                     return false;
                 }
                 if checkpoint_first && order.launch.checkpoints {
-                    self.sup.request_checkpoint(key.job, key.run);
-                    self.stop_on_checkpoint.insert(run);
+                    self.ask_checkpoint(run);
                     let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
                     let stop_at = Instant::now() + left.saturating_sub(self.cfg.kill_grace);
                     self.sup.stop_by(key.job, key.run, stop_at);
@@ -429,11 +434,16 @@ impl Agent {
                     uri: path.display().to_string(),
                     completed_ms: now_ms(),
                 });
+                if let Some(asked) = self.checkpoint_asked.remove(&run) {
+                    self.health.checkpoint_done(asked.elapsed());
+                }
                 if self.stop_on_checkpoint.remove(&run) {
                     self.sup.kill(key.job, key.run);
                 }
             }
             WorkerFact::Exited { code, signal } => {
+                // A checkpoint asked of a run that exited first never completes.
+                self.checkpoint_asked.remove(&run);
                 h.status.state = WorkerState::Exited {
                     code,
                     signal,
@@ -441,6 +451,15 @@ impl Agent {
                 };
             }
         }
+    }
+
+    /// Signals a run to checkpoint, and stops it once one completes.
+    fn ask_checkpoint(&mut self, run: (u64, u32)) {
+        self.sup.request_checkpoint(run.0, run.1);
+        self.stop_on_checkpoint.insert(run);
+        self.checkpoint_asked
+            .entry(run)
+            .or_insert_with(Instant::now);
     }
 
     /// Runs past their max runtime are asked to checkpoint, then stopped.
@@ -467,8 +486,7 @@ impl Agent {
                 "max runtime reached; stopping"
             );
             if checkpoints {
-                self.sup.request_checkpoint(key.job, key.run);
-                self.stop_on_checkpoint.insert(run);
+                self.ask_checkpoint(run);
                 self.sup
                     .stop_by(key.job, key.run, now + self.cfg.timeout_grace);
             } else {

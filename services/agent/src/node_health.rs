@@ -22,7 +22,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use gpusched_runtime::{counter, gauge, gauge_family, metrics_route, wall_clock, STUCK_AFTER};
+use gpusched_runtime::{
+    counter, gauge, gauge_family, histogram_seconds, metrics_route, wall_clock, STUCK_AFTER,
+};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::{Registry, Unit};
@@ -56,7 +58,18 @@ pub struct NodeHealth {
     pub workers: [AtomicU64; 3],
     /// The heartbeat, milliseconds: readiness allows three without a send.
     pub heartbeat_ms: AtomicU64,
+    /// Checkpoints the agent asked for (to stop a run) and saw complete:
+    /// per bucket of [`CHECKPOINT_BUCKETS_S`] (the last: longer), and the
+    /// sum of their durations in milliseconds.
+    pub checkpoints: [AtomicU64; CHECKPOINT_BUCKETS_S.len() + 1],
+    /// Sum of those checkpoints' durations, ms.
+    pub checkpoint_ms: AtomicU64,
 }
+
+/// Upper bounds of the checkpoint duration buckets, seconds.
+pub const CHECKPOINT_BUCKETS_S: [f64; 12] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
 
 /// Heartbeats without a status sent after which the agent is not ready
 /// (the relay's node timeout is far longer: 30 s against a 2 s heartbeat
@@ -98,6 +111,23 @@ impl NodeHealth {
         for (a, n) in self.workers.iter().zip(counts) {
             a.store(n, Ordering::Relaxed);
         }
+    }
+
+    /// Records a checkpoint the agent asked for, complete `took` later.
+    pub fn checkpoint_done(&self, took: std::time::Duration) {
+        let s = took.as_secs_f64();
+        let i = CHECKPOINT_BUCKETS_S
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(CHECKPOINT_BUCKETS_S.len());
+        self.checkpoints[i].fetch_add(1, Ordering::Relaxed);
+        self.checkpoint_ms
+            .fetch_add(took.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Checkpoints recorded by [`NodeHealth::checkpoint_done`].
+    pub fn checkpoints_done(&self) -> u64 {
+        self.checkpoints.iter().map(load).sum()
     }
 
     /// The reasons the agent is not ready; empty when it is.
@@ -259,6 +289,19 @@ impl Collector for NodeCollector {
             "node_orders_malformed",
             "Orders that were not valid JSON of the protocol, ignored.",
             load(&h.orders_malformed),
+        )?;
+        let buckets: Vec<(f64, u64)> = CHECKPOINT_BUCKETS_S
+            .iter()
+            .zip(&h.checkpoints)
+            .map(|(b, n)| (*b, load(n)))
+            .collect();
+        histogram_seconds(
+            e,
+            "node_checkpoint_duration",
+            "From the checkpoint signal the agent sent to stop a run to the first of its workers' checkpoints complete.",
+            load(&h.checkpoint_ms) as f64 / 1e3,
+            h.checkpoints_done(),
+            &buckets,
         )
     }
 }

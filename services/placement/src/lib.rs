@@ -8,7 +8,7 @@
 use gpusched_core::{placement, CycleConfig, ScanMemo, State};
 use gpusched_events::{Event, Producer};
 use gpusched_model::Timestamp;
-use gpusched_runtime::Decider;
+use gpusched_runtime::{Decider, Work};
 
 /// Lease and consumer name.
 pub const SERVICE: &str = "placement";
@@ -18,6 +18,8 @@ pub const SERVICE: &str = "placement";
 pub struct PlacementStage {
     cfg: CycleConfig,
     memo: ScanMemo,
+    /// What the last decide looked at.
+    work: Work,
 }
 
 impl PlacementStage {
@@ -26,16 +28,27 @@ impl PlacementStage {
         PlacementStage {
             cfg,
             memo: ScanMemo::default(),
+            work: Work::default(),
         }
     }
 }
 
 impl Decider for PlacementStage {
+    fn work(&self) -> Work {
+        self.work
+    }
+
     fn producer(&self) -> Producer {
         Producer::Placement
     }
 
     fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event> {
-        placement::decide(state, &mut self.memo, &self.cfg, now).0
+        let (events, st) = placement::decide(state, &mut self.memo, &self.cfg, now);
+        self.work = Work {
+            heads: st.heads_examined,
+            domains_probed: st.domains_probed,
+            ..Work::default()
+        };
+        events
     }
 }

@@ -8,7 +8,7 @@
 use gpusched_core::{preemption, recovery, CycleConfig, ScanMemo, State};
 use gpusched_events::{Event, Producer};
 use gpusched_model::Timestamp;
-use gpusched_runtime::Decider;
+use gpusched_runtime::{Decider, Work};
 
 /// Lease and consumer name.
 pub const SERVICE: &str = "preemption";
@@ -18,6 +18,8 @@ pub const SERVICE: &str = "preemption";
 pub struct PreemptionStage {
     cfg: CycleConfig,
     memo: ScanMemo,
+    /// What the last decide looked at.
+    work: Work,
 }
 
 impl PreemptionStage {
@@ -26,11 +28,16 @@ impl PreemptionStage {
         PreemptionStage {
             cfg,
             memo: ScanMemo::default(),
+            work: Work::default(),
         }
     }
 }
 
 impl Decider for PreemptionStage {
+    fn work(&self) -> Work {
+        self.work
+    }
+
     fn producer(&self) -> Producer {
         Producer::Preemption
     }
@@ -40,8 +47,15 @@ impl Decider for PreemptionStage {
         // state those requeues made.
         let requeues = recovery::decide(state, now);
         if !requeues.is_empty() {
+            self.work = Work::default();
             return requeues;
         }
-        preemption::decide(state, &mut self.memo, &self.cfg, now).0
+        let (events, st) = preemption::decide(state, &mut self.memo, &self.cfg, now);
+        self.work = Work {
+            victim_sets: st.max_sets_costed,
+            victim_candidates: st.candidates,
+            ..Work::default()
+        };
+        events
     }
 }

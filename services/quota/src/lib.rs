@@ -7,7 +7,7 @@
 use gpusched_core::{quota, CycleConfig, ScanMemo, State};
 use gpusched_events::{Event, Producer};
 use gpusched_model::Timestamp;
-use gpusched_runtime::Decider;
+use gpusched_runtime::{Decider, Work};
 
 /// Lease and consumer name.
 pub const SERVICE: &str = "quota";
@@ -17,6 +17,8 @@ pub const SERVICE: &str = "quota";
 pub struct QuotaStage {
     cfg: CycleConfig,
     memo: ScanMemo,
+    /// What the last decide looked at.
+    work: Work,
 }
 
 impl QuotaStage {
@@ -25,16 +27,26 @@ impl QuotaStage {
         QuotaStage {
             cfg,
             memo: ScanMemo::default(),
+            work: Work::default(),
         }
     }
 }
 
 impl Decider for QuotaStage {
+    fn work(&self) -> Work {
+        self.work
+    }
+
     fn producer(&self) -> Producer {
         Producer::Quota
     }
 
     fn decide(&mut self, state: &State, now: Timestamp) -> Vec<Event> {
-        quota::decide(state, &mut self.memo, &self.cfg, now).0
+        let (events, st) = quota::decide(state, &mut self.memo, &self.cfg, now);
+        self.work = Work {
+            heads: st.heads_examined,
+            ..Work::default()
+        };
+        events
     }
 }

@@ -152,6 +152,9 @@ pub struct Delivery {
     pub msg_id: Option<String>,
     /// Its W3C `traceparent` header, if the publisher sent one.
     pub traceparent: Option<String>,
+    /// Messages still waiting for this consumer after this one (the
+    /// consumer's backlog, as the server counted it when it delivered).
+    pub pending: u64,
     /// The decoded envelope, or why it could not be decoded. A
     /// [`Subscriber`] has already terminated a malformed message (never
     /// redelivered); from a [`StreamSubscriber`] it is terminated by
@@ -164,7 +167,10 @@ pub struct Delivery {
 impl Delivery {
     /// Decodes `message`; `terminated` says it needs no ack.
     fn new(message: jetstream::Message, terminated: bool) -> Delivery {
-        let stream_seq = message.info().map(|i| i.stream_sequence).unwrap_or(0);
+        let (stream_seq, pending) = message
+            .info()
+            .map(|i| (i.stream_sequence, i.pending))
+            .unwrap_or((0, 0));
         let header = |name: &str| {
             message
                 .headers
@@ -176,6 +182,7 @@ impl Delivery {
         let traceparent = header(crate::publisher::TRACEPARENT);
         Delivery {
             stream_seq,
+            pending,
             subject: message.subject.to_string(),
             msg_id,
             traceparent,

@@ -166,7 +166,26 @@ async fn delivery_carries_metadata() {
     assert_eq!(ds[0].subject, bus.ns.evt_subject("bind").unwrap());
     assert_eq!(ds[0].msg_id.as_deref(), Some("bind-7-11"));
     assert_eq!(ds[0].msg_id.as_deref(), Some(msg_id(&env).as_str()));
+    assert_eq!(ds[0].pending, 0, "nothing waits behind the only message");
     ds[0].ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_delivery_counts_the_messages_still_waiting_behind_it() {
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    for i in 0..5 {
+        publisher
+            .publish(&batch("bind", 1, i * 2 + 1, 2), None)
+            .await
+            .unwrap();
+    }
+    let sub = Subscriber::durable(&bus.js, &bus.stream, "backlog", &bus.ns.evt_wildcard())
+        .await
+        .unwrap();
+    let ds = sub.next_batch(2, WAIT).await.unwrap();
+    let pending: Vec<u64> = ds.iter().map(|d| d.pending).collect();
+    assert_eq!(pending, vec![4, 3]);
 }
 
 #[tokio::test]

@@ -320,15 +320,26 @@ impl Feed {
     /// the caller reads the log; the feed re-binds by itself. Cancel-safe
     /// up to the acks: a call dropped while acking loses what it took.
     pub async fn next(&mut self, max: usize, timeout: Duration) -> Result<Vec<Incoming>, BusError> {
+        Ok(self.next_counted(max, timeout).await?.0)
+    }
+
+    /// [`Feed::next`], with the messages still waiting after what it took
+    /// (the bus's backlog for this consumer; 0 when nothing came).
+    pub async fn next_counted(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(Vec<Incoming>, u64), BusError> {
         match self {
             Feed::Nats(sub) => {
                 let deliveries = sub.next_batch(max, timeout).await?;
-                Ok(take_deliveries(deliveries).await)
+                let backlog = deliveries.last().map_or(0, |d| d.pending);
+                Ok((take_deliveries(deliveries).await, backlog))
             }
             Feed::Memory(rx) => {
                 let mut out = Vec::new();
                 let first = match tokio::time::timeout(timeout, rx.recv()).await {
-                    Err(_) => return Ok(out),
+                    Err(_) => return Ok((out, 0)),
                     Ok(r) => r,
                 };
                 let mut next = Some(first);
@@ -336,7 +347,7 @@ impl Feed {
                     match r {
                         Ok(b) => out.push(Incoming::Batch(b, None)),
                         Err(broadcast::error::RecvError::Lagged(_)) => out.push(Incoming::Lagged),
-                        Err(broadcast::error::RecvError::Closed) => return Ok(out),
+                        Err(broadcast::error::RecvError::Closed) => return Ok((out, 0)),
                     }
                     if out.len() < max {
                         next = match rx.try_recv() {
@@ -348,7 +359,7 @@ impl Feed {
                         };
                     }
                 }
-                Ok(out)
+                Ok((out, rx.len() as u64))
             }
         }
     }

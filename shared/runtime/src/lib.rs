@@ -39,7 +39,7 @@ pub use metrics::{
     service_registry,
 };
 pub use projection::{Observer, Projection};
-pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
+pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig, Work};
 pub use shell::{
     init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, spawn_observers,
     Connections, CycleArgs, StackArgs,

@@ -104,12 +104,13 @@ pub fn gauge_family<'a, N: prometheus_client::encoding::EncodeGaugeValue + 'a>(
     unit: Option<&Unit>,
     rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
 ) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
-    for (labels, v) in rows {
-        let fm = m.encode_family(&labels)?;
-        ConstGauge::new(v).encode(fm)?;
-    }
-    Ok(())
+    family(
+        enc,
+        (name, help, unit),
+        MetricType::Gauge,
+        rows,
+        ConstGauge::new,
+    )
 }
 
 /// Writes a family of counters, one per label set (`_total` is added to
@@ -121,10 +122,27 @@ pub fn counter_family<'a, N: prometheus_client::encoding::EncodeCounterValue + '
     unit: Option<&Unit>,
     rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
 ) -> fmt::Result {
-    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    family(
+        enc,
+        (name, help, unit),
+        MetricType::Counter,
+        rows,
+        ConstCounter::new,
+    )
+}
+
+/// One family of `kind`: each row's value made a metric by `metric`.
+fn family<'a, N: 'a, M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    (name, help, unit): (&str, &str, Option<&Unit>),
+    kind: MetricType,
+    rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
+    metric: impl Fn(N) -> M,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, unit, kind)?;
     for (labels, v) in rows {
         let fm = m.encode_family(&labels)?;
-        ConstCounter::new(v).encode(fm)?;
+        metric(v).encode(fm)?;
     }
     Ok(())
 }
@@ -173,9 +191,30 @@ fn counters(s: &ServiceStats) -> [(&'static str, &'static str, &AtomicU64); 11] 
     ]
 }
 
+/// What the decider looked at, in `ServiceStats::work`'s order: name and
+/// help. Each is a counter (per cycle: its rate over `cycles_total`'s) and
+/// a gauge of the most in one cycle (`cycle_<name>_max`).
+const WORK: [(&str, &str); 4] = [
+    ("heads_examined", "Queue heads examined by the decider."),
+    (
+        "domains_probed",
+        "Topology domains probed for room by the decider.",
+    ),
+    ("victim_sets_costed", "Victim sets costed by the decider."),
+    (
+        "victim_candidates",
+        "Victim candidates looked at by the decider.",
+    ),
+];
+
 /// The loop's gauges read straight from a stat: name, help, the stat.
-fn gauges(s: &ServiceStats) -> [(&'static str, &'static str, &AtomicU64); 4] {
+fn gauges(s: &ServiceStats) -> [(&'static str, &'static str, &AtomicU64); 5] {
     [
+        (
+            "bus_backlog_messages",
+            "Messages still waiting on the bus for this service after its last receive (its consumer's pending count): how far its bus feed trails the log.",
+            &s.bus_backlog,
+        ),
         (
             "folded_sequence",
             "Sequence of the last event folded.",
@@ -225,6 +264,17 @@ impl Collector for LoopCollector {
         }
         for (name, help, stat) in gauges(s) {
             gauge(e, name, help, None, load(stat))?;
+        }
+        let work = WORK.iter().zip(&s.work).zip(&s.work_max);
+        for ((&(name, help), sum), max) in work {
+            counter(e, name, help, load(sum))?;
+            gauge(
+                e,
+                &format!("cycle_{name}_max"),
+                &format!("The most in one cycle since this instance started: {help}"),
+                None,
+                load(max),
+            )?;
         }
         let leads = load(&s.leading_epoch) > 0;
         gauge(

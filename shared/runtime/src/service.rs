@@ -59,6 +59,24 @@ pub trait Decider: Send {
     fn next_due(&self) -> Option<Timestamp> {
         None
     }
+
+    /// What the last `decide` looked at (its bounded work); none by default.
+    fn work(&self) -> Work {
+        Work::default()
+    }
+}
+
+/// What one decision cycle looked at: the quantities its limits bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Queue heads examined (quota and placement).
+    pub heads: u64,
+    /// Topology domains probed for room (placement).
+    pub domains_probed: u64,
+    /// Victim sets costed (preemption).
+    pub victim_sets: u64,
+    /// Victim candidates looked at (preemption).
+    pub victim_candidates: u64,
 }
 
 /// How a service runs.

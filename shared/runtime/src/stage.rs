@@ -321,13 +321,14 @@ impl<'a, D: Decider> Stage<'a, D> {
         }
         let got = match self.feed.as_mut() {
             Some(feed) => feed
-                .next(self.cfg.feed_batch, wait.max(Duration::from_millis(1)))
+                .next_counted(self.cfg.feed_batch, wait.max(Duration::from_millis(1)))
                 .await
                 .map_err(Some),
             None => Err(None),
         };
         match got {
-            Ok(items) => {
+            Ok((items, backlog)) => {
+                self.stats.bus_backlog.store(backlog, Ordering::Relaxed);
                 self.set_bus_down(false, None);
                 Received::Items(items)
             }
@@ -527,6 +528,7 @@ impl<'a, D: Decider> Stage<'a, D> {
     /// The decider's events of this producer (others are dropped, loudly).
     fn decide(&mut self) -> Vec<Event> {
         let decided = self.decider.decide(self.proj.state(), wall_clock());
+        self.stats.record_work(self.decider.work());
         let (events, foreign): (Vec<Event>, Vec<Event>) = decided
             .into_iter()
             .partition(|e| e.producer() == self.producer);

@@ -137,6 +137,13 @@ pub struct ServiceStats {
     pub bus_errors: AtomicU64,
     /// 1 while the bus is failing and the service decides from the log.
     pub bus_down: AtomicU64,
+    /// Messages waiting for this service's consumer after its last receive.
+    pub bus_backlog: AtomicU64,
+    /// What decide looked at, summed over cycles, and the most in one
+    /// cycle: heads, domains probed, victim sets, victim candidates.
+    pub work: [AtomicU64; 4],
+    /// The most of each of `work` in one cycle.
+    pub work_max: [AtomicU64; 4],
     /// 1 while the event log is unreachable: the last call to it failed
     /// (a lead that ended on a log error, a standby that could not read
     /// it), until a call succeeds again.
@@ -166,6 +173,20 @@ pub struct ServiceStats {
 }
 
 impl ServiceStats {
+    /// Adds one cycle's work (`Decider::work`).
+    pub fn record_work(&self, w: crate::service::Work) {
+        let values = [
+            w.heads,
+            w.domains_probed,
+            w.victim_sets,
+            w.victim_candidates,
+        ];
+        for ((sum, max), v) in self.work.iter().zip(&self.work_max).zip(values) {
+            sum.fetch_add(v, Ordering::Relaxed);
+            max.fetch_max(v, Ordering::Relaxed);
+        }
+    }
+
     /// Notes that the fold reached the log's end, the first time only.
     pub fn caught_up(&self) {
         let _ = self.caught_up_unix_ms.compare_exchange(

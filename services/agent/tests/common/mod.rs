@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use gpusched_agent::net::{LocalHub, NodeNet};
 use gpusched_agent::node::{run_node, NodeConfig};
+use gpusched_agent::node_health::NodeHealth;
 use gpusched_agent::relay::RelayConfig;
 use gpusched_agent::relay_service::{serve_relay, RelayStats, RELAY_SERVICE};
 use gpusched_core::{CycleConfig, Phase};
@@ -83,6 +84,9 @@ pub struct Cluster {
     pub relay: Arc<RelayStats>,
     pub shutdown: CancellationToken,
     pub agents: Vec<(String, CancellationToken)>,
+    /// What each agent's probes and metrics read, by node name (the latest
+    /// start's).
+    pub health: BTreeMap<String, Arc<NodeHealth>>,
     pub root: String,
 }
 
@@ -227,6 +231,7 @@ impl Cluster {
             relay,
             shutdown,
             agents: Vec::new(),
+            health: BTreeMap::new(),
             root: root.to_string(),
         };
         for n in nodes {
@@ -241,8 +246,10 @@ impl Cluster {
         let token = self.shutdown.child_token();
         let cfg = node_config(self.dir.path(), name, 1);
         let (net, t, root) = (self.net.clone(), token.clone(), self.root.clone());
+        let health = Arc::new(NodeHealth::default());
+        self.health.insert(name.to_string(), health.clone());
         tokio::spawn(async move {
-            if let Err(e) = run_node(cfg, net, root, t, Default::default()).await {
+            if let Err(e) = run_node(cfg, net, root, t, health).await {
                 panic!("agent stopped: {e:#}");
             }
         });
