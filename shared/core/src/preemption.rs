@@ -591,20 +591,11 @@ struct Record {
 }
 
 impl Tally {
-    fn record_set(
-        &mut self,
-        domain: Option<String>,
-        victims: Vec<Victim>,
-        key: u64,
-        suffices: bool,
-    ) {
+    /// Records a costed set for a review; `set` is only called then, so a
+    /// scheduling cycle builds nothing for it.
+    fn record_set(&mut self, set: impl FnOnce() -> CostedSet) {
         if let Some(r) = self.record.as_mut() {
-            r.sets.push(CostedSet {
-                domain,
-                victims,
-                key,
-                suffices,
-            });
+            r.sets.push(set());
         }
     }
 }
@@ -967,8 +958,12 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         if suffices {
             chosen = minimal(chosen, None);
         }
-        let victims = chosen.iter().map(|&i| cands[i].victim()).collect();
-        tally.record_set(None, victims, key_of(&chosen), suffices);
+        tally.record_set(|| CostedSet {
+            domain: None,
+            victims: chosen.iter().map(|&i| cands[i].victim()).collect(),
+            key: key_of(&chosen),
+            suffices,
+        });
         if suffices {
             best = Some((key_of(&chosen), chosen, None));
         }
@@ -1036,8 +1031,12 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
                 chosen = minimal(chosen, Some(d));
             }
             let key = key_of(&chosen);
-            let victims = chosen.iter().map(|&i| cands[i].victim()).collect();
-            tally.record_set(Some(domain_label(state, d)), victims, key, suffices);
+            tally.record_set(|| CostedSet {
+                domain: Some(domain_label(state, d)),
+                victims: chosen.iter().map(|&i| cands[i].victim()).collect(),
+                key,
+                suffices,
+            });
             if suffices && best.as_ref().is_none_or(|b| key < b.0) {
                 best = Some((key, chosen, Some(d)));
             }
