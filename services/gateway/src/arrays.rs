@@ -20,6 +20,7 @@ use gpusched_events::Event;
 use gpusched_model::{parse_array_indices, JobId, JobSpec};
 use gpusched_runtime::{read_view, wall_clock};
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 use utoipa::ToSchema;
 
 use crate::jobs::{check_submission, job_id, path_param, phase_name, scoped_key, Cancellation};
@@ -130,6 +131,19 @@ fn tasks_of<'a>(state: &'a State, who: &Principal, id: u64) -> Result<Vec<&'a Jo
     security(("bearer" = [])))]
 pub async fn submit_array(
     who: Principal,
+    gw: AxState<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<ArrayRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let span = crate::submit::submit_span(&headers);
+    submit_array_traced(who, gw, headers, body)
+        .instrument(span)
+        .await
+}
+
+/// [`submit_array`], inside its `submit` span.
+async fn submit_array_traced(
+    who: Principal,
     AxState(gw): AxState<Gateway>,
     headers: HeaderMap,
     body: Result<Json<ArrayRequest>, JsonRejection>,
@@ -147,6 +161,9 @@ pub async fn submit_array(
         .try_submit_array(req.spec, indices, key)
         .await
         .map_err(ApiError::unavailable)?;
+    let span = tracing::Span::current();
+    span.record("job_id", s.job.0);
+    span.record("jobs", tasks);
     // Read-your-writes: the array can be read and cancelled at once.
     gw.caught_up(s.seq).await;
     let status = if s.created {

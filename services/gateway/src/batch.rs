@@ -15,10 +15,12 @@ use std::collections::BTreeMap;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State as AxState;
+use axum::http::HeaderMap;
 use axum::Json;
 use gpusched_model::JobSpec;
 use gpusched_runtime::read_view;
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 use utoipa::ToSchema;
 
 use crate::jobs::{check_submission, scoped_key};
@@ -113,6 +115,18 @@ impl ItemResult {
     security(("bearer" = [])))]
 pub async fn submit_batch(
     who: Principal,
+    gw: AxState<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<BatchRequest>, JsonRejection>,
+) -> Result<Json<BatchReply>, ApiError> {
+    let span = crate::submit::submit_span(&headers);
+    submit_batch_traced(who, gw, body).instrument(span).await
+}
+
+/// [`submit_batch`], inside its `submit` span (every job of the batch
+/// continues its trace).
+async fn submit_batch_traced(
+    who: Principal,
     AxState(gw): AxState<Gateway>,
     body: Result<Json<BatchRequest>, JsonRejection>,
 ) -> Result<Json<BatchReply>, ApiError> {
@@ -139,6 +153,7 @@ pub async fn submit_batch(
         }
     }
     let (idx, jobs): (Vec<usize>, Vec<_>) = valid.into_iter().unzip();
+    tracing::Span::current().record("jobs", jobs.len());
     let written = gw.submitter.submit_many(jobs).await;
     for (i, outcome) in idx.into_iter().zip(written) {
         results[i] = Some(match outcome {

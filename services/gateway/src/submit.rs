@@ -3,27 +3,56 @@
 //!
 //! Owns: job ids (drawn from the log), idempotency (a repeated key returns
 //! the job its first submission created, checked by the log in the same
-//! transaction as the append), and the gateway's lease. While the log is
-//! unreachable (or the lease cannot be had) every request is answered
-//! `Unavailable` quickly, never left waiting. Must never: reply before the
-//! append committed, or publish before it.
+//! transaction as the append), the gateway's lease, and the start of each
+//! job's trace: the `submit` span of the HTTP handlers ([`submit_span`],
+//! a child of the request's W3C `traceparent` header when valid), whose
+//! context each request takes to the writer and the writer publishes
+//! beside the job's events (the `gpusched-job-traces` header) for the
+//! services to continue. While the log is unreachable (or the lease cannot
+//! be had) every request is answered `Unavailable` quickly, never left
+//! waiting. Must never: reply before the append committed, or publish
+//! before it; or let a trace context change what is written.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpusched_bus::BatchV1;
+use axum::http::HeaderMap;
+use gpusched_bus::{BatchV1, JobTraces};
 use gpusched_events::Event;
 use gpusched_model::{ArrayTask, JobId, JobSpec, Timestamp};
-use gpusched_runtime::{is_fenced, wall_clock, Bus, Leader, LeaseSpec, Log, LoggedEvent};
+use gpusched_runtime::{
+    add_remote_link, current_traceparent, is_fenced, set_remote_parent, wall_clock, Bus, Leader,
+    LeaseSpec, Log, LoggedEvent,
+};
 use gpusched_store::{producer_name, Fence, NewEvent};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{field, info_span, warn, Instrument, Span};
 
 /// Events taken into one append: requests are added until it is reached
 /// (an array's tasks count one each).
 const MAX_BATCH: usize = 2048;
+
+/// Most requests' traces one append's span links to (beyond the one it
+/// is a child of).
+const MAX_LINKS: usize = 128;
+
+/// The span a submit handler runs in: `submit`, a child of the request's
+/// W3C `traceparent` header when it has a valid one (otherwise the root of
+/// a new trace). Its `job_id` (or `jobs`) is recorded once known. The
+/// writer takes the trace context of whatever span a request is sent from.
+pub(crate) fn submit_span(headers: &HeaderMap) -> Span {
+    let span = info_span!(
+        "submit",
+        service = "gateway",
+        job_id = field::Empty,
+        jobs = field::Empty,
+    );
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    set_remote_parent(&span, traceparent.map(str::trim));
+    span
+}
 
 /// A submission's result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +191,9 @@ impl Work {
 struct Request {
     work: Work,
     key: Option<String>,
+    /// The W3C `traceparent` of the span it was sent from, if any: its
+    /// jobs' traces continue it.
+    trace: Option<String>,
     reply: oneshot::Sender<Result<Submitted, SubmitError>>,
 }
 
@@ -220,6 +252,7 @@ impl Submitter {
         &self,
         jobs: Vec<(JobSpec, Option<String>)>,
     ) -> Vec<Result<Submitted, SubmitError>> {
+        let trace = current_traceparent();
         let queued: Vec<_> = jobs
             .into_iter()
             .map(|(spec, key)| {
@@ -227,6 +260,7 @@ impl Submitter {
                 let req = Request {
                     work: Work::Submit(spec),
                     key,
+                    trace: trace.clone(),
                     reply,
                 };
                 self.tx.try_send(req).map(|()| rx).map_err(|e| match e {
@@ -264,7 +298,12 @@ impl Submitter {
         wait: bool,
     ) -> Result<Submitted, SubmitError> {
         let (reply, rx) = oneshot::channel();
-        let req = Request { work, key, reply };
+        let req = Request {
+            work,
+            key,
+            trace: current_traceparent(),
+            reply,
+        };
         if wait {
             self.tx.send(req).await.map_err(|_| SubmitError::Closed)?;
         } else {
@@ -364,7 +403,11 @@ impl Writer {
                 return fail_all(reqs, &why);
             }
         };
-        match write_batch(&self.log, &self.bus, &fence, reqs).await {
+        let span = write_span(&reqs);
+        match write_batch(&self.log, &self.bus, &fence, reqs)
+            .instrument(span)
+            .await
+        {
             Written::Ok => self.log_failed_at = None,
             Written::LogFailed => self.log_failed_at = Some(Instant::now()),
             Written::Fenced => {
@@ -407,6 +450,22 @@ async fn writer(mut w: Writer, mut rx: mpsc::Receiver<Request>, shutdown: Cancel
         w.handle(reqs).await;
     }
     w.release().await;
+}
+
+/// The span of one append of requests: a child of the first traced
+/// request's span, linked to (some of) the others'.
+fn write_span(reqs: &[Request]) -> Span {
+    let span = info_span!(
+        "write submissions",
+        service = "gateway",
+        requests = reqs.len()
+    );
+    let mut traced = reqs.iter().filter_map(|r| r.trace.as_deref());
+    set_remote_parent(&span, traced.next());
+    for tp in traced.take(MAX_LINKS) {
+        add_remote_link(&span, Some(tp));
+    }
+    span
 }
 
 fn fail_all(reqs: Vec<Request>, why: &str) {
@@ -547,6 +606,8 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
         }
     };
     let mut written = Vec::new();
+    // The trace each written job continues: its request's.
+    let mut traces = JobTraces::new();
     for (r, span) in reqs.into_iter().zip(spans) {
         let first = batch.get(span.start).map(|ne| &ne.event);
         let seqs = &out.seqs[span.clone()];
@@ -557,11 +618,17 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
                 seq: 0,
             }),
             Some(Some(_)) => {
+                let from = written.len();
                 written.extend(
                     seqs.iter()
                         .zip(&batch[span.clone()])
                         .filter_map(|(s, ne)| s.map(|s| (s, ne.event.clone()))),
                 );
+                if let Some(tp) = r.trace.as_deref() {
+                    for job in written[from..].iter().filter_map(|(_, e)| e.job()) {
+                        traces.insert(job, tp);
+                    }
+                }
                 Ok(Submitted {
                     job: first.and_then(Event::job).unwrap_or(JobId(0)),
                     created: true,
@@ -586,15 +653,19 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
         let _ = r.reply.send(reply);
     }
     // The log has it; the bus is only the fast path, so a slow or failing
-    // bus never holds up the next write.
+    // bus never holds up the next write. The publish stays in this append's
+    // span (its messages carry that trace context).
     let (bus, epoch) = (bus.clone(), u64::try_from(fence.epoch).unwrap_or(0));
-    tokio::spawn(async move { publish_runs(&bus, epoch, written).await });
+    tokio::spawn(
+        async move { publish_runs(&bus, epoch, written, &traces).await }
+            .instrument(Span::current()),
+    );
     Written::Ok
 }
 
 /// Publishes what was written, one batch per run of consecutive sequence
-/// numbers from one producer.
-async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>) {
+/// numbers from one producer, each with its jobs' trace contexts.
+async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>, traces: &JobTraces) {
     written.sort_by_key(|(s, _)| *s);
     let mut i = 0;
     while i < written.len() {
@@ -616,7 +687,8 @@ async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>) {
             correlation_id: None,
             events,
         });
-        if let Err(e) = bus.publish(batch).await {
+        let jobs = traces.for_events(&batch.events);
+        if let Err(e) = bus.publish_traced(batch, jobs).await {
             warn!(error = %e, "publish failed; followers will read the log");
         }
         i = j;

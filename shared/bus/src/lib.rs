@@ -6,7 +6,9 @@
 //! key ([`Publisher`]), pull consumption with explicit acks ([`Subscriber`],
 //! one request per call; [`StreamSubscriber`], one long-lived pull stream
 //! that binds lazily and re-binds after faults), the time bounds every call
-//! keeps ([`bounded`], [`wait_connected`]); and the node protocol between
+//! keeps ([`bounded`], [`wait_connected`]), the per-job trace context a
+//! message may carry ([`JobTraces`], the `gpusched-job-traces` header); and
+//! the node protocol between
 //! node agents and the node relay ([`node`]) over core NATS subjects or an
 //! in-process hub ([`node_net`]).
 //!
@@ -53,6 +55,7 @@ use tokio::time::Instant;
 
 mod envelope;
 mod error;
+mod job_traces;
 mod naming;
 pub mod node;
 pub mod node_net;
@@ -62,6 +65,7 @@ pub mod testing;
 
 pub use envelope::{decode, encode, msg_id, BatchV1, Envelope};
 pub use error::BusError;
+pub use job_traces::{is_traceparent, JobTraces, JOB_TRACES, MAX_JOB_TRACES};
 pub use naming::{ensure_stream, Namespace, DEFAULT_DUPLICATE_WINDOW};
 pub use publisher::{
     PublishOutcome, Publisher, DEFAULT_MAX_IN_FLIGHT, DEFAULT_PUBLISH_TIMEOUT, TRACEPARENT,

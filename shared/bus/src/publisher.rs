@@ -1,6 +1,8 @@
 //! Pipelined publishing of envelopes.
 //!
-//! Owns: [`Publisher`]. Must never: publish without the idempotency key
+//! Owns: [`Publisher`] and the headers it sets (`Nats-Msg-Id`, and when
+//! given the W3C `traceparent` and the per-job [`JOB_TRACES`](crate::JOB_TRACES)).
+//! Must never: publish without the idempotency key
 //! (`Nats-Msg-Id`), hold more than its bound of unacknowledged publishes,
 //! or wait on the server without a bound (every step gives up after the
 //! publish timeout and returns an error; the log has the batch anyway).
@@ -15,7 +17,10 @@ use async_nats::jetstream::{
 };
 use bytes::Bytes;
 
-use crate::{bounded, encode, ensure_stream, is_connected, msg_id, BusError, Envelope, Namespace};
+use crate::{
+    bounded, encode, ensure_stream, is_connected, msg_id, BusError, Envelope, JobTraces, Namespace,
+    JOB_TRACES,
+};
 
 /// Default bound on publishes awaiting their ack (below async-nats' own
 /// 5,000).
@@ -27,6 +32,13 @@ pub const DEFAULT_PUBLISH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The W3C trace-context header carried when given.
 pub const TRACEPARENT: &str = "traceparent";
+
+/// The trace headers of one publish.
+struct Headers<'a> {
+    traceparent: Option<&'a str>,
+    /// The [`JOB_TRACES`] value, if any pairs.
+    jobs: Option<String>,
+}
 
 /// What JetStream said about one published envelope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,12 +96,29 @@ impl Publisher {
         envelope: &Envelope,
         traceparent: Option<&str>,
     ) -> Result<PublishOutcome, BusError> {
+        self.publish_with(envelope, traceparent, &JobTraces::default())
+            .await
+    }
+
+    /// [`Publisher::publish`], with the trace context of the jobs whose
+    /// events the envelope holds in the [`JOB_TRACES`] header (none sent
+    /// when `jobs` is empty).
+    pub async fn publish_with(
+        &self,
+        envelope: &Envelope,
+        traceparent: Option<&str>,
+        jobs: &JobTraces,
+    ) -> Result<PublishOutcome, BusError> {
         self.check_connected()?;
+        let headers = Headers {
+            traceparent,
+            jobs: jobs.to_header(),
+        };
         bounded("publish", self.timeout, async {
-            match self.publish_one(envelope, traceparent).await {
+            match self.publish_one(envelope, &headers).await {
                 Err(BusError::NoStream { .. }) => {
                     self.ensure_stream().await?;
-                    self.publish_one(envelope, traceparent).await
+                    self.publish_one(envelope, &headers).await
                 }
                 other => other,
             }
@@ -110,10 +139,14 @@ impl Publisher {
         traceparent: Option<&str>,
     ) -> Result<Vec<PublishOutcome>, BusError> {
         self.check_connected()?;
-        match self.publish_all_once(envelopes, traceparent).await {
+        let headers = Headers {
+            traceparent,
+            jobs: None,
+        };
+        match self.publish_all_once(envelopes, &headers).await {
             Err(BusError::NoStream { .. }) => {
                 self.ensure_stream().await?;
-                self.publish_all_once(envelopes, traceparent).await
+                self.publish_all_once(envelopes, &headers).await
             }
             other => other,
         }
@@ -132,16 +165,16 @@ impl Publisher {
     async fn publish_one(
         &self,
         envelope: &Envelope,
-        traceparent: Option<&str>,
+        headers: &Headers<'_>,
     ) -> Result<PublishOutcome, BusError> {
-        let ack = self.send(envelope, traceparent).await?;
+        let ack = self.send(envelope, headers).await?;
         self.wait(ack).await
     }
 
     async fn publish_all_once(
         &self,
         envelopes: &[Envelope],
-        traceparent: Option<&str>,
+        headers: &Headers<'_>,
     ) -> Result<Vec<PublishOutcome>, BusError> {
         let mut outcomes = Vec::with_capacity(envelopes.len());
         let mut in_flight: VecDeque<PublishAckFuture> = VecDeque::new();
@@ -151,7 +184,7 @@ impl Publisher {
                     outcomes.push(self.wait(ack).await?);
                 }
             }
-            in_flight.push_back(self.send(envelope, traceparent).await?);
+            in_flight.push_back(self.send(envelope, headers).await?);
         }
         while let Some(ack) = in_flight.pop_front() {
             outcomes.push(self.wait(ack).await?);
@@ -172,14 +205,17 @@ impl Publisher {
     async fn send(
         &self,
         envelope: &Envelope,
-        traceparent: Option<&str>,
+        headers: &Headers<'_>,
     ) -> Result<PublishAckFuture, BusError> {
         let subject = self.namespace.evt_subject(envelope.producer())?;
         let mut msg = PublishMessage::build()
             .payload(Bytes::from(encode(envelope)?))
             .message_id(msg_id(envelope));
-        if let Some(tp) = traceparent {
+        if let Some(tp) = headers.traceparent {
             msg = msg.header(TRACEPARENT, tp);
+        }
+        if let Some(jobs) = headers.jobs.as_deref() {
+            msg = msg.header(JOB_TRACES, jobs);
         }
         bounded("publish", self.timeout, async {
             self.js

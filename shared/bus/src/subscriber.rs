@@ -1,6 +1,7 @@
 //! Pull consumption of envelopes with explicit acks.
 //!
-//! Owns: [`ConsumerSpec`] (what a consumer binds to), [`Delivery`],
+//! Owns: [`ConsumerSpec`] (what a consumer binds to), [`Delivery`] (with
+//! the trace headers it came with),
 //! [`Subscriber`] (one pull request per call, bound once) and
 //! [`StreamSubscriber`] (one long-lived pull stream, bound lazily and
 //! re-bound after faults). Must never: stop consuming because a message is
@@ -29,7 +30,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::{bounded, decode, ensure_stream, is_connected, naming, BusError, Envelope};
+use crate::{bounded, decode, ensure_stream, is_connected, naming, BusError, Envelope, JobTraces};
 
 /// The shortest wait [`Subscriber::next_batch`] sends to the server as a
 /// pull request's expiry; a shorter wait is a local sleep.
@@ -152,6 +153,9 @@ pub struct Delivery {
     pub msg_id: Option<String>,
     /// Its W3C `traceparent` header, if the publisher sent one.
     pub traceparent: Option<String>,
+    /// The well-formed pairs of its [`JOB_TRACES`](crate::JOB_TRACES)
+    /// header (none without one; malformed pairs are skipped).
+    pub job_traces: JobTraces,
     /// Messages still waiting for this consumer after this one (the
     /// consumer's backlog, as the server counted it when it delivered).
     pub pending: u64,
@@ -180,12 +184,18 @@ impl Delivery {
         };
         let msg_id = header(async_nats::header::NATS_MESSAGE_ID.as_ref());
         let traceparent = header(crate::publisher::TRACEPARENT);
+        let job_traces = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(crate::JOB_TRACES))
+            .map_or_else(JobTraces::default, |v| JobTraces::parse(v.as_str()));
         Delivery {
             stream_seq,
             pending,
             subject: message.subject.to_string(),
             msg_id,
             traceparent,
+            job_traces,
             envelope: decode(&message.payload),
             terminated,
             message,

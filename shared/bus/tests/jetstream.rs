@@ -8,7 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpusched_bus::async_nats::{self, jetstream};
 use gpusched_bus::{
-    ensure_stream, msg_id, BatchV1, BusError, Envelope, Namespace, Publisher, Subscriber,
+    encode, ensure_stream, msg_id, BatchV1, BusError, Envelope, JobTraces, Namespace, Publisher,
+    Subscriber, JOB_TRACES,
 };
 use gpusched_events::Event;
 use gpusched_model::{JobId, NodeId};
@@ -168,6 +169,73 @@ async fn delivery_carries_metadata() {
     assert_eq!(ds[0].msg_id.as_deref(), Some(msg_id(&env).as_str()));
     assert_eq!(ds[0].pending, 0, "nothing waits behind the only message");
     ds[0].ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn job_traces_ride_in_their_header_and_malformed_ones_are_dropped() {
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let bus = setup().await;
+    let publisher = Publisher::new(bus.js.clone(), bus.ns.clone());
+    let traced = batch("admit", 1, 2, 2); // job 2 and node 3
+    let mut jobs = JobTraces::new();
+    assert!(jobs.insert(JobId(2), TP));
+    publisher
+        .publish_with(&traced, Some(TP), &jobs)
+        .await
+        .unwrap();
+    // Published by hand: a header of junk around one good pair.
+    let raw = batch("admit", 1, 4, 1); // job 4
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(JOB_TRACES, format!("4=nope,,x={TP},4 ={TP},9").as_str());
+    headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id(&raw).as_str());
+    bus.js
+        .publish_with_headers(
+            bus.ns.evt_subject("admit").unwrap(),
+            headers,
+            encode(&raw).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // All junk: no pairs, the message all the same.
+    let junk = batch("admit", 1, 6, 1);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(JOB_TRACES, "\u{1F4A5}=\u{1F4A5},6=00-zz");
+    bus.js
+        .publish_with_headers(
+            bus.ns.evt_subject("admit").unwrap(),
+            headers,
+            encode(&junk).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // None at all: no header.
+    let plain = batch("admit", 1, 8, 1);
+    publisher.publish(&plain, None).await.unwrap();
+
+    let sub = Subscriber::durable(&bus.js, &bus.stream, "traces", &bus.ns.evt_wildcard())
+        .await
+        .unwrap();
+    let ds = sub.next_batch(10, WAIT).await.unwrap();
+    assert_eq!(ds.len(), 4);
+    let envelopes: Vec<Envelope> = ds
+        .iter()
+        .map(|d| d.envelope.as_ref().unwrap().clone())
+        .collect();
+    assert_eq!(envelopes, vec![traced, raw, junk, plain]);
+    assert_eq!(ds[0].job_traces, jobs);
+    assert_eq!(ds[0].traceparent.as_deref(), Some(TP));
+    assert_eq!(ds[1].job_traces.get(JobId(4)), Some(TP));
+    assert_eq!(ds[1].job_traces.len(), 1);
+    assert!(ds[2].job_traces.is_empty());
+    assert!(ds[3].job_traces.is_empty());
+    assert!(ds[3].traceparent.is_none());
+    for d in &ds {
+        d.ack().await.unwrap();
+    }
 }
 
 #[tokio::test]

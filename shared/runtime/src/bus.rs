@@ -2,7 +2,10 @@
 //! broadcast channel in `gpusched dev`.
 //!
 //! Owns: [`Bus`] (connect, publish, subscribe, the outbox relay's
-//! [`Bus::last_published`]), [`Feed`] and the splitting of large batches.
+//! [`Bus::last_published`]), [`Feed`], the splitting of large batches, and
+//! the trace context a message carries ([`MessageTrace`]: the publishing
+//! span's `traceparent` and per-job pairs, on NATS in headers, in process
+//! beside the batch).
 //! Must never: be needed for a service to start or decide (the log is the
 //! record), or wait on nats-server without a bound.
 //!
@@ -36,7 +39,7 @@ use gpusched_bus::async_nats;
 use gpusched_bus::async_nats::jetstream::{self, stream::LastRawMessageErrorKind, ErrorCode};
 use gpusched_bus::{
     bounded, ensure_stream, is_connected, wait_connected, BatchV1, BusError, ConsumerSpec,
-    Envelope, Namespace, Publisher, StreamSubscriber,
+    Envelope, JobTraces, Namespace, Publisher, StreamSubscriber,
 };
 use tokio::sync::broadcast;
 use tracing::{info, warn};
@@ -98,7 +101,7 @@ pub enum Bus {
     /// NATS JetStream.
     Nats(Box<NatsBus>),
     /// In-process broadcast (embedded mode).
-    Memory(broadcast::Sender<Arc<BatchV1>>),
+    Memory(broadcast::Sender<(Arc<BatchV1>, MessageTrace)>),
 }
 
 /// The NATS side of a [`Bus`].
@@ -112,12 +115,22 @@ pub struct NatsBus {
     pub publisher: Publisher,
 }
 
+/// The trace context a message came with. Tracing only: nothing here may
+/// change what a service decides.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MessageTrace {
+    /// The W3C `traceparent` of the span that published it.
+    pub traceparent: Option<String>,
+    /// The trace context of the jobs whose events it holds, those that
+    /// have one (well-formed pairs only).
+    pub jobs: JobTraces,
+}
+
 /// What a feed delivered.
 #[derive(Debug)]
 pub enum Incoming {
-    /// A decoded batch, with the W3C `traceparent` it came with (NATS
-    /// header; never on the in-process bus).
-    Batch(Arc<BatchV1>, Option<String>),
+    /// A decoded batch, with the trace context it came with.
+    Batch(Arc<BatchV1>, MessageTrace),
     /// A message that could not be decoded (already terminated), and why.
     Malformed(String),
     /// The feed dropped messages; the follower must read the log.
@@ -131,7 +144,7 @@ pub enum Feed {
     /// re-bound after faults.
     Nats(Box<StreamSubscriber>),
     /// An in-process receiver.
-    Memory(broadcast::Receiver<Arc<BatchV1>>),
+    Memory(broadcast::Receiver<(Arc<BatchV1>, MessageTrace)>),
 }
 
 impl Bus {
@@ -161,25 +174,44 @@ impl Bus {
         Bus::Memory(broadcast::channel(MEMORY_CAPACITY).0)
     }
 
-    /// Publishes one batch and waits until the bus has it. On NATS the
-    /// current span's trace context rides in the `traceparent` header, and
-    /// a batch of more than [`MAX_EVENTS_PER_MESSAGE`] events goes out as
-    /// consecutive messages of at most that many (each names its own
-    /// sequence range), so that none exceeds the server's payload limit.
+    /// Publishes one batch and waits until the bus has it. The current
+    /// span's trace context goes with it (on NATS in the `traceparent`
+    /// header), and a batch of more than [`MAX_EVENTS_PER_MESSAGE`] events
+    /// goes out as consecutive messages of at most that many (each names
+    /// its own sequence range), so that none exceeds the server's payload
+    /// limit.
     pub async fn publish(&self, batch: Arc<BatchV1>) -> Result<(), BusError> {
+        self.publish_traced(batch, JobTraces::default()).await
+    }
+
+    /// [`Bus::publish`], with the trace context of jobs whose events the
+    /// batch holds (on NATS in the `gpusched-job-traces` header, each
+    /// message of a split batch with the pairs of its own jobs).
+    pub async fn publish_traced(
+        &self,
+        batch: Arc<BatchV1>,
+        jobs: JobTraces,
+    ) -> Result<(), BusError> {
+        let traceparent = crate::telemetry::current_traceparent();
         match self {
             Bus::Nats(n) => {
-                let traceparent = crate::telemetry::current_traceparent();
-                for part in split_batch(&batch, MAX_EVENTS_PER_MESSAGE) {
+                let parts = split_batch(&batch, MAX_EVENTS_PER_MESSAGE);
+                let whole = parts.len() == 1;
+                for part in parts {
+                    let jobs = if whole {
+                        jobs.clone()
+                    } else {
+                        jobs.for_events(&part.events)
+                    };
                     n.publisher
-                        .publish(&Envelope::V1(part), traceparent.as_deref())
+                        .publish_with(&Envelope::V1(part), traceparent.as_deref(), &jobs)
                         .await?;
                 }
                 Ok(())
             }
             Bus::Memory(tx) => {
                 // No receiver yet is not an error: the log has the batch.
-                let _ = tx.send(batch);
+                let _ = tx.send((batch, MessageTrace { traceparent, jobs }));
                 Ok(())
             }
         }
@@ -345,7 +377,7 @@ impl Feed {
                 let mut next = Some(first);
                 while let Some(r) = next.take() {
                     match r {
-                        Ok(b) => out.push(Incoming::Batch(b, None)),
+                        Ok((b, trace)) => out.push(Incoming::Batch(b, trace)),
                         Err(broadcast::error::RecvError::Lagged(_)) => out.push(Incoming::Lagged),
                         Err(broadcast::error::RecvError::Closed) => return Ok((out, 0)),
                     }
@@ -383,7 +415,13 @@ async fn take_deliveries(deliveries: Vec<gpusched_bus::Delivery>) -> Vec<Incomin
     deliveries
         .into_iter()
         .map(|d| match d.envelope {
-            Ok(Envelope::V1(b)) => Incoming::Batch(Arc::new(b), d.traceparent),
+            Ok(Envelope::V1(b)) => Incoming::Batch(
+                Arc::new(b),
+                MessageTrace {
+                    traceparent: d.traceparent,
+                    jobs: d.job_traces,
+                },
+            ),
             Err(e) => Incoming::Malformed(format!("subject {}: {e}", d.subject)),
         })
         .collect()

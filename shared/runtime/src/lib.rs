@@ -7,7 +7,8 @@
 //! turns a pure [`Decider`] into a service, its health and Prometheus
 //! endpoints, shutdown, and tracing set-up (with OpenTelemetry export over OTLP and
 //! W3C trace context in NATS headers when `OTEL_EXPORTER_OTLP_ENDPOINT` is
-//! set).
+//! set: per message, and per job, so that one job's way from submission to
+//! binding is one trace across the services).
 //!
 //! Must never: decide anything itself (deciding is the core's, through a
 //! `Decider`), publish a decision before the log has committed it, apply
@@ -17,6 +18,7 @@ mod bus;
 mod clock;
 mod follow;
 mod health;
+mod job_trace;
 mod leader;
 mod log;
 mod metrics;
@@ -28,7 +30,7 @@ mod stage;
 mod stats;
 mod telemetry;
 
-pub use bus::{Bus, Feed, Incoming, NatsBus};
+pub use bus::{Bus, Feed, Incoming, MessageTrace, NatsBus};
 pub use clock::wall_clock;
 pub use follow::{follow, read_view, FollowerHealth, SharedView};
 pub use health::{health_router, serve_health, STUCK_AFTER};
@@ -51,6 +53,6 @@ pub use stats::{
     ServiceStats, StatsSnapshot, CYCLE_BUCKETS, STATS_FILE_ENV,
 };
 pub use telemetry::{
-    current_traceparent, init_tracing_with, parent_context, set_remote_parent, TelemetryGuard,
-    OTLP_ENDPOINT_ENV,
+    add_remote_link, current_traceparent, init_tracing_with, parent_context, set_remote_parent,
+    span_traceparent, TelemetryGuard, OTLP_ENDPOINT_ENV,
 };

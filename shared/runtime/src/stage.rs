@@ -15,20 +15,26 @@
 //! again; a failed publish is logged, never the end of leading (followers
 //! read the batch from the log).
 //!
+//! Tracing: each cycle is a `cycle` span continuing the trace of the last
+//! message delivered; and each job the decider moves whose trace context
+//! a message carried gets a span of its own in that job's trace (see the
+//! `job_trace` module), whose context the published batch carries on.
+//!
 //! Owns: the shape of a cycle (every event waiting on the feed is folded,
 //! then the decider runs once and its decisions go to the log as one batch
-//! and to the bus as one message), gap filling, and the outbox relay
-//! (republishing this producer's committed batches the bus never got).
+//! and to the bus as one message), gap filling, the outbox relay
+//! (republishing this producer's committed batches the bus never got), and
+//! the lead's memory of its jobs' trace contexts.
 //!
 //! Must never: publish before the append committed, decide while a known
-//! gap is open, append events of another producer, or keep deciding after
-//! the lease is lost.
+//! gap is open, append events of another producer, keep deciding after
+//! the lease is lost, or let a trace context reach the decider.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpusched_bus::{BatchV1, BusError};
+use gpusched_bus::{BatchV1, BusError, JobTraces};
 use gpusched_core::State;
 use gpusched_events::{Event, Producer};
 use gpusched_store::{producer_name, NewEvent};
@@ -37,6 +43,7 @@ use tracing::{debug, error, info, info_span, warn, Instrument, Span};
 
 use crate::bus::{Bus, Feed, Incoming};
 use crate::clock::wall_clock;
+use crate::job_trace::{JobContexts, MAX_JOB_CONTEXTS};
 use crate::leader::{is_fenced, Leader};
 use crate::log::{Log, LoggedEvent};
 use crate::projection::Projection;
@@ -233,6 +240,8 @@ struct Stage<'a, D> {
     /// The trace context of the latest batch received: the next cycle's
     /// span continues that trace.
     remote_parent: Option<String>,
+    /// Each job's newest trace context, learned from the bus (bounded).
+    job_traces: JobContexts,
 }
 
 impl<'a, D: Decider> Stage<'a, D> {
@@ -291,6 +300,7 @@ impl<'a, D: Decider> Stage<'a, D> {
             last_decide: Instant::now() - cfg.tick,
             dirty: true,
             remote_parent: None,
+            job_traces: JobContexts::new(MAX_JOB_CONTEXTS),
         })
     }
 
@@ -386,18 +396,19 @@ impl<'a, D: Decider> Stage<'a, D> {
             proj,
             decider,
             remote_parent,
+            job_traces,
             stats,
             cfg,
             ..
         } = self;
-        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
         for item in items {
             match item {
-                Incoming::Batch(b, tp) => {
-                    if tp.is_some() {
-                        *remote_parent = tp;
+                Incoming::Batch(b, trace) => {
+                    if trace.traceparent.is_some() {
+                        *remote_parent = trace.traceparent;
                     }
-                    folded += proj.offer(b, &mut obs);
+                    job_traces.learn(&b, &trace.jobs);
+                    folded += proj.offer(b, &mut observer(job_traces, decider));
                 }
                 Incoming::Malformed(why) => {
                     stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -435,9 +446,15 @@ impl<'a, D: Decider> Stage<'a, D> {
         self.stats.gap_reads.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let log = self.log;
-        let Stage { proj, decider, .. } = self;
-        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
-        let folded = proj.catch_up(log, upto, &mut obs).await?;
+        let Stage {
+            proj,
+            decider,
+            job_traces,
+            ..
+        } = self;
+        let folded = proj
+            .catch_up(log, upto, &mut observer(job_traces, decider))
+            .await?;
         self.stats.log_down.store(0, Ordering::Relaxed);
         if started.elapsed() > SLOW {
             warn!(service = %self.cfg.service, ms = started.elapsed().as_millis() as u64, folded, "slow read from the log");
@@ -479,6 +496,8 @@ impl<'a, D: Decider> Stage<'a, D> {
         if events.is_empty() {
             return Ok(Cycle::Done);
         }
+        // One span per job with a known trace, covering the append.
+        let job_spans = self.job_traces.open_spans(&self.cfg.service, &events);
         let batch: Vec<NewEvent> = events.iter().cloned().map(NewEvent::new).collect();
         let appending = Instant::now();
         let appended = self
@@ -512,11 +531,16 @@ impl<'a, D: Decider> Stage<'a, D> {
             Ordering::Relaxed,
         );
         debug!(service = %self.cfg.service, first, last, "appended");
+        let jobs = job_spans.close(first, &mut self.job_traces);
         let batch = Arc::new(self.batch(first, events));
-        span.in_scope(|| publish_in_background(self.bus, batch.clone()));
-        let Stage { proj, decider, .. } = self;
-        let mut obs = |s: &State, seq: u64, e: &Event, ok: bool| decider.observe(s, seq, e, ok);
-        let n = proj.offer(batch, &mut obs);
+        span.in_scope(|| publish_in_background(self.bus, batch.clone(), jobs));
+        let Stage {
+            proj,
+            decider,
+            job_traces,
+            ..
+        } = self;
+        let n = proj.offer(batch, &mut observer(job_traces, decider));
         self.folded(n);
         self.dirty = true;
         let us = self.last_decide.elapsed().as_micros() as u64;
@@ -696,13 +720,24 @@ async fn relay(
     }
 }
 
+/// What folding an event tells the decider and the jobs' trace contexts.
+fn observer<'a, D: Decider>(
+    job_traces: &'a mut JobContexts,
+    decider: &'a mut D,
+) -> impl FnMut(&State, u64, &Event, bool) + 'a {
+    move |s, seq, e, ok| {
+        job_traces.observe(e);
+        decider.observe(s, seq, e, ok)
+    }
+}
+
 /// Publishes in a task of its own, inside the current span (so the batch
-/// carries the current trace context).
-fn publish_in_background(bus: &Bus, batch: Arc<BatchV1>) {
+/// carries the current trace context), with its jobs' trace contexts.
+fn publish_in_background(bus: &Bus, batch: Arc<BatchV1>, jobs: JobTraces) {
     let bus = bus.clone();
     tokio::spawn(
         async move {
-            if let Err(e) = bus.publish(batch).await {
+            if let Err(e) = bus.publish_traced(batch, jobs).await {
                 // The log has the batch; followers read it from there.
                 warn!(error = %e, "publish failed; followers will read the log");
             }

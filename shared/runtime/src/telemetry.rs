@@ -4,7 +4,8 @@
 //! filtered by `RUST_LOG`), the optional OpenTelemetry layer that exports
 //! spans over OTLP (HTTP/protobuf) when `OTEL_EXPORTER_OTLP_ENDPOINT` is
 //! set, and the W3C `traceparent` strings that carry trace context in NATS
-//! headers.
+//! headers (one per message, and one per job: see the `job_trace`
+//! module).
 //!
 //! Must never: crash or refuse to start a service because telemetry could
 //! not be set up (it warns and carries on with logs only), export anything
@@ -145,13 +146,35 @@ fn otlp_provider(service: &str) -> Result<SdkTracerProvider, String> {
 /// context, for a NATS header; `None` when there is no valid span context
 /// (OpenTelemetry off, or outside any span).
 pub fn current_traceparent() -> Option<String> {
-    let cx = tracing::Span::current().context();
+    span_traceparent(&tracing::Span::current())
+}
+
+/// The W3C `traceparent` of `span`'s OpenTelemetry context; `None` when
+/// it has no valid span context (OpenTelemetry off, or a disabled span).
+pub fn span_traceparent(span: &tracing::Span) -> Option<String> {
+    traceparent_of(&span.context())
+}
+
+/// The W3C `traceparent` of a context's span, if valid.
+pub(crate) fn traceparent_of(cx: &Context) -> Option<String> {
     if !cx.span().span_context().is_valid() {
         return None;
     }
     let mut carrier: HashMap<String, String> = HashMap::new();
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    TraceContextPropagator::new().inject_context(cx, &mut carrier);
     carrier.remove(TRACEPARENT)
+}
+
+/// Links `span` to the remote span `traceparent` names, if any and well
+/// formed (a batch span that serves many traces); call it before the span
+/// is first entered.
+pub fn add_remote_link(span: &tracing::Span, traceparent: Option<&str>) {
+    let Some(tp) = traceparent else { return };
+    let cx = parent_context(tp);
+    let sc = cx.span().span_context().clone();
+    if sc.is_valid() {
+        span.add_link(sc);
+    }
 }
 
 /// The OpenTelemetry context a received `traceparent` names (an empty
