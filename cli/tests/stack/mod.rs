@@ -128,6 +128,15 @@ impl Stack {
         }
     }
 
+    /// Adds command-line arguments for every instance of `service`
+    /// started from now on.
+    pub fn args(&mut self, service: &str, args: &[&str]) {
+        self.extra
+            .entry(service.to_string())
+            .or_default()
+            .extend(args.iter().map(|a| a.to_string()));
+    }
+
     /// Starts one instance of `service`; returns its instance name.
     pub fn start(&mut self, service: &str) -> String {
         self.next_instance += 1;

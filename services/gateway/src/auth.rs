@@ -220,3 +220,29 @@ impl FromRequestParts<Gateway> for Principal {
             .ok_or_else(|| unauthorized("unknown token"))
     }
 }
+
+/// `GET /v1/whoami`'s answer: who the token speaks for.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct WhoAmI {
+    /// Whether the token is the admin's (sees and acts on every tenant).
+    admin: bool,
+    /// The tenant a tenant token acts for; `null` for the admin.
+    tenant: Option<String>,
+}
+
+/// Who the bearer token speaks for (the dashboard scopes itself by it).
+#[utoipa::path(get, path = "/v1/whoami", tag = "cluster",
+    responses((status = 200, body = WhoAmI), (status = 401, body = crate::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn whoami(who: Principal) -> axum::Json<WhoAmI> {
+    axum::Json(match who {
+        Principal::Admin => WhoAmI {
+            admin: true,
+            tenant: None,
+        },
+        Principal::Tenant(t) => WhoAmI {
+            admin: false,
+            tenant: Some(t),
+        },
+    })
+}

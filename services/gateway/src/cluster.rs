@@ -47,6 +47,10 @@ pub struct QueueRow {
     pub(crate) lent: Gpus,
     /// Jobs waiting for quota or GPUs whose first choice is this flavor.
     pub(crate) pending: u64,
+    /// `pending` by the reason the last cycle gave (`quota_exceeded`,
+    /// `cohort_exhausted`, `no_domain_fits`, `behind_head`; `none`: not
+    /// examined yet).
+    pending_by_reason: BTreeMap<&'static str, u64>,
     /// Jobs bound or running in this flavor.
     pub(crate) running: u64,
 }
@@ -64,6 +68,7 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
     let nt = s.tenants().len();
     // Jobs per tenant and flavor: one pass over the jobs.
     let mut pending = vec![vec![0u64; nf]; nt];
+    let mut by_reason = vec![vec![BTreeMap::<&'static str, u64>::new(); nf]; nt];
     let mut running = vec![vec![0u64; nf]; nt];
     for j in s.jobs() {
         let Some(t) = j.tenant else { continue };
@@ -76,7 +81,11 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
             continue;
         };
         match j.phase {
-            Phase::Queued | Phase::Admitted => pending[t as usize][f] += 1,
+            Phase::Queued | Phase::Admitted => {
+                pending[t as usize][f] += 1;
+                let reason = j.last_reason.as_ref().map_or("none", |r| r.kind());
+                *by_reason[t as usize][f].entry(reason).or_default() += 1;
+            }
             _ => running[t as usize][f] += 1,
         }
     }
@@ -133,6 +142,7 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
                 borrowed: used.saturating_sub(nominal),
                 lent,
                 pending: pending[ti][f],
+                pending_by_reason: std::mem::take(&mut by_reason[ti][f]),
                 running: running[ti][f],
             });
         }
@@ -140,14 +150,17 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
     rows
 }
 
-/// Quota and use of every tenant, per flavor: nominal, used, borrowed,
-/// lent, pending and running.
+/// Quota and use per tenant and flavor: nominal, used, borrowed, lent,
+/// pending and running. The admin sees every tenant; a tenant token only
+/// its own rows.
 #[utoipa::path(get, path = "/v1/queues", tag = "cluster",
     responses((status = 200, body = QueuesView), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn queues(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<QueuesView> {
+pub async fn queues(who: Principal, AxState(gw): AxState<Gateway>) -> Json<QueuesView> {
     let p = read_view(&gw.view);
-    Json(queues_view(p.state()))
+    let mut view = queues_view(p.state());
+    view.queues.retain(|r| who.may_touch(&r.tenant));
+    Json(view)
 }
 
 /// `GET /v1/queues`'s answer for a state (also what `gpusched replay
@@ -189,13 +202,27 @@ pub struct NodesView {
     nodes: Vec<NodeView>,
 }
 
-/// Every node: flavor, topology, status and use.
+/// Every node: flavor, topology, status and use. A tenant token sees
+/// every node's capacity but only its own tenant's jobs on them (and a
+/// reservation only when it is its own job's).
 #[utoipa::path(get, path = "/v1/nodes", tag = "cluster",
     responses((status = 200, body = NodesView), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
-pub async fn nodes(_who: Principal, AxState(gw): AxState<Gateway>) -> Json<NodesView> {
+pub async fn nodes(who: Principal, AxState(gw): AxState<Gateway>) -> Json<NodesView> {
     let p = read_view(&gw.view);
-    Json(nodes_view(p.state()))
+    let s = p.state();
+    let mut view = nodes_view(s);
+    if who != Principal::Admin {
+        let own = |j: &u64| {
+            s.job(gpusched_model::JobId(*j))
+                .is_some_and(|j| who.may_touch(&j.spec.tenant))
+        };
+        for n in &mut view.nodes {
+            n.jobs.retain(own);
+            n.reserved_for = n.reserved_for.filter(own);
+        }
+    }
+    Json(view)
 }
 
 /// `GET /v1/nodes`'s answer for a state (also what `gpusched replay

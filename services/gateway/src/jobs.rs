@@ -15,6 +15,7 @@ use gpusched_events::{Event, RejectReason};
 use gpusched_model::{JobId, JobSpec};
 use gpusched_runtime::read_view;
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::{ApiError, ErrorBody, Gateway, Principal};
@@ -226,6 +227,19 @@ pub(crate) fn scoped_key(
     security(("bearer" = [])))]
 pub async fn submit_job(
     who: Principal,
+    gw: AxState<Gateway>,
+    headers: HeaderMap,
+    body: Result<Json<JobSpec>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let span = crate::submit::submit_span(&headers);
+    submit_job_traced(who, gw, headers, body)
+        .instrument(span)
+        .await
+}
+
+/// [`submit_job`], inside its `submit` span.
+async fn submit_job_traced(
+    who: Principal,
     AxState(gw): AxState<Gateway>,
     headers: HeaderMap,
     body: Result<Json<JobSpec>, JsonRejection>,
@@ -241,6 +255,7 @@ pub async fn submit_job(
         .try_submit(spec, key)
         .await
         .map_err(ApiError::unavailable)?;
+    tracing::Span::current().record("job_id", s.job.0);
     let status = if s.created {
         StatusCode::CREATED
     } else {
@@ -291,6 +306,8 @@ pub struct JobView {
     rejection: Option<String>,
     /// Why it waits now, while queued or admitted (see `/explain`).
     reason: Option<String>,
+    /// Its place in its tenant's queue, while queued.
+    queue_position: Option<QueuePosition>,
 }
 
 /// A job as `GET /v1/jobs/{id}` shows it (also what `gpusched replay
@@ -316,6 +333,14 @@ pub fn job_view(s: &State, j: &Job) -> JobView {
             .collect(),
         rejection: j.rejection.as_ref().map(|r| r.to_string()),
         reason: explain::pending_reason(s, j.id).map(|r| r.to_string()),
+        queue_position: None,
+    }
+}
+
+impl JobView {
+    fn at(mut self, position: Option<(usize, usize)>) -> Self {
+        self.queue_position = position.map(|(position, of)| QueuePosition { position, of });
+        self
     }
 }
 
@@ -340,7 +365,7 @@ pub async fn get_job(
     let p = read_view(&gw.view);
     let s = p.state();
     let j = visible(s, &who, id)?;
-    Ok(Json(job_view(s, j)))
+    Ok(Json(job_view(s, j).at(explain::queue_position(s, id))))
 }
 
 /// Filters and page of `GET /v1/jobs`.
@@ -359,12 +384,27 @@ pub struct ListQuery {
     /// `next_cursor` of the previous page (a job id).
     #[param(value_type = Option<u64>, minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     cursor: Option<String>,
+    /// `asc` (default: oldest first) or `desc` (newest first); a cursor
+    /// continues in the order that gave it.
+    #[param(value_type = Option<Order>)]
+    order: Option<String>,
+}
+
+/// The order of a job list, by id.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)] // documents the `order` parameter's values
+pub enum Order {
+    /// Oldest first.
+    Asc,
+    /// Newest first.
+    Desc,
 }
 
 /// A page of jobs, by id.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobPage {
-    /// The jobs, ascending by id.
+    /// The jobs, by id in the order asked (ascending by default).
     jobs: Vec<JobView>,
     /// Pass as `cursor` for the next page; absent on the last page.
     next_cursor: Option<String>,
@@ -385,13 +425,24 @@ pub async fn list_jobs(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::field("limit", "must be 1 to 1000"));
     }
-    let after = match &q.cursor {
-        None => 0,
-        Some(c) => c
-            .parse::<u64>()
-            .ok()
-            .filter(|c| *c <= MAX_SEQ)
-            .ok_or_else(|| ApiError::field("cursor", "must be a next_cursor this API gave"))?,
+    let newest_first = match q.order.as_deref() {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(o) => {
+            return Err(ApiError::field(
+                "order",
+                format!("unknown order {o:?}; asc or desc"),
+            ))
+        }
+    };
+    let cursor = match &q.cursor {
+        None => None,
+        Some(c) => Some(
+            c.parse::<u64>()
+                .ok()
+                .filter(|c| *c <= MAX_SEQ)
+                .ok_or_else(|| ApiError::field("cursor", "must be a next_cursor this API gave"))?,
+        ),
     };
     let phases: Option<Vec<Phase>> = match &q.state {
         None => None,
@@ -428,29 +479,43 @@ pub async fn list_jobs(
     };
     let p = read_view(&gw.view);
     let s = p.state();
-    // The `limit + 1` smallest matching ids after the cursor: one pass.
+    let beyond_cursor = |id: u64| match (cursor, newest_first) {
+        (None, _) => true,
+        (Some(c), false) => id > c,
+        (Some(c), true) => id < c,
+    };
+    // The `limit + 1` first matching ids beyond the cursor in the order
+    // asked: one pass. Ranked so that the heap's top is the one to drop.
+    let rank = |id: u64| if newest_first { u64::MAX - id } else { id };
     let mut heap: BinaryHeap<u64> = BinaryHeap::with_capacity(limit + 2);
     for j in s.jobs() {
-        if j.id.0 <= after
+        if !beyond_cursor(j.id.0)
             || tenant.as_ref().is_some_and(|t| &j.spec.tenant != t)
             || phases.as_ref().is_some_and(|ps| !ps.contains(&j.phase))
         {
             continue;
         }
+        let r = rank(j.id.0);
         if heap.len() <= limit {
-            heap.push(j.id.0);
-        } else if heap.peek().is_some_and(|top| j.id.0 < *top) {
+            heap.push(r);
+        } else if heap.peek().is_some_and(|top| r < *top) {
             heap.pop();
-            heap.push(j.id.0);
+            heap.push(r);
         }
     }
-    let mut ids = heap.into_sorted_vec();
+    let mut ids: Vec<JobId> = heap
+        .into_sorted_vec()
+        .into_iter()
+        .map(|r| JobId(rank(r)))
+        .collect();
     let more = ids.len() > limit;
     ids.truncate(limit);
-    let next_cursor = more.then(|| ids.last().map(|l| l.to_string())).flatten();
+    let next_cursor = more.then(|| ids.last().map(|l| l.0.to_string())).flatten();
+    let positions = explain::queue_positions(s, &ids);
     let jobs = ids
-        .into_iter()
-        .filter_map(|id| s.job(JobId(id)).map(|j| job_view(s, j)))
+        .iter()
+        .zip(positions)
+        .filter_map(|(id, at)| s.job(*id).map(|j| job_view(s, j).at(at)))
         .collect();
     Ok(Json(JobPage { jobs, next_cursor }))
 }
@@ -683,23 +748,7 @@ pub async fn explain_job(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ExplainView>, ApiError> {
     let id = job_id(&path_param(id)?)?;
-    visible(read_view(&gw.view).state(), &who, id)?;
-    let unavailable = ApiError::log_unavailable;
-    let mut logged = gw.log.job_events(id).await.map_err(unavailable)?;
-    // Plans are logged under their beneficiary: the ones that chose this
-    // job as a victim are read separately (only for a job ever preempted).
-    let was_victim = {
-        let p = read_view(&gw.view);
-        p.state()
-            .job(id)
-            .is_some_and(|j| j.preemptions > 0 || j.phase == Phase::Preempting)
-    };
-    if was_victim {
-        logged.extend(gw.log.plans_naming_victim(id).await.map_err(unavailable)?);
-        logged.sort_by_key(|e| e.seq);
-        logged.dedup_by_key(|e| e.seq);
-    }
-    let events: Vec<Event> = logged.into_iter().map(|e| e.event).collect();
+    let events = crate::timeline::job_story(&gw, &who, id).await?;
     let p = read_view(&gw.view);
     let s = p.state();
     let j = visible(s, &who, id)?;

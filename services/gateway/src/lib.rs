@@ -21,6 +21,8 @@ mod jobs;
 mod logs;
 mod metrics;
 mod submit;
+mod timeline;
+mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -199,6 +201,7 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(arrays::get_array, arrays::cancel_array))
         .routes(routes!(jobs::job_events))
         .routes(routes!(jobs::explain_job))
+        .routes(routes!(timeline::job_timeline))
         .routes(routes!(logs::job_logs))
         .routes(routes!(cluster::queues))
         .routes(routes!(cluster::nodes))
@@ -208,6 +211,7 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(cluster::drain_node))
         .routes(routes!(events_api::events))
         .routes(routes!(status))
+        .routes(routes!(auth::whoami))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))
@@ -233,27 +237,28 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 pub fn router(gw: Gateway) -> Router {
     let (r, _) = routes();
     let doc = Arc::new(openapi());
-    r.route(
-        "/openapi.json",
-        get(move || {
-            let doc = doc.clone();
-            async move { Json(doc.as_ref().clone()) }
-        }),
-    )
-    .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-    .method_not_allowed_fallback(|| async {
-        ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "this route does not take that method",
+    r.merge(ui::routes())
+        .route(
+            "/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { Json(doc.as_ref().clone()) }
+            }),
         )
-    })
-    .layer(axum::middleware::from_fn_with_state(
-        gw.clone(),
-        health::until_caught_up,
-    ))
-    .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-    .with_state(gw)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            gw.clone(),
+            health::until_caught_up,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(gw)
 }
 
 /// Serves `router(gw)` on `addr` until `shutdown`.

@@ -681,6 +681,31 @@ async fn list_pages_with_a_cursor_and_filters() {
         .collect();
     assert_eq!(seen, want, "every vision job once, ascending");
     assert_eq!(pages, 3);
+    // Newest first, in pages, continues downwards from its cursor.
+    let mut down = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let uri = match &cursor {
+            None => "/v1/jobs?limit=7&tenant=vision&order=desc".to_string(),
+            Some(c) => format!("/v1/jobs?limit=7&tenant=vision&order=desc&cursor={c}"),
+        };
+        let (s, v) = api.call("GET", &uri, Some(ADMIN), None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        down.extend(
+            v["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].as_u64().unwrap()),
+        );
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    let mut want_down = want.clone();
+    want_down.reverse();
+    assert_eq!(down, want_down, "every vision job once, descending");
     // State filter: nothing runs here (no services), everything is submitted.
     let (_, v) = api
         .call("GET", "/v1/jobs?state=running", Some(ADMIN), None)
@@ -697,6 +722,7 @@ async fn list_pages_with_a_cursor_and_filters() {
     assert_eq!(v["jobs"].as_array().unwrap().len(), 25);
     // Bad query values name their parameter.
     for (q, f) in [
+        ("order=sideways", "order"),
         ("limit=0", "limit"),
         ("limit=abc", "limit"),
         ("state=sleeping", "state"),
@@ -753,6 +779,37 @@ async fn get_cancel_events_and_explain_a_job() {
         "no start time without a reservation"
     );
 
+    // Its timeline: one open pending bar since its submission; another
+    // tenant's token finds no such job.
+    let (s, tl) = api
+        .call(
+            "GET",
+            &format!("/v1/jobs/{id}/timeline"),
+            Some(VISION),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{tl}");
+    let bars = tl["bars"].as_array().unwrap();
+    assert_eq!(bars.len(), 1, "{tl}");
+    assert_eq!(bars[0]["state"], "pending");
+    assert!(bars[0]["to_ms"].is_null(), "still pending: {tl}");
+    assert_eq!(
+        api.call(
+            "GET",
+            &format!("/v1/jobs/{id}/timeline"),
+            Some(SPEECH),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    let (_, me) = api.call("GET", "/v1/whoami", Some(VISION), None).await;
+    assert_eq!(me, serde_json::json!({"admin": false, "tenant": "vision"}));
+    let (_, me) = api.call("GET", "/v1/whoami", Some(ADMIN), None).await;
+    assert_eq!(me, serde_json::json!({"admin": true, "tenant": null}));
+
     let (s, c) = api
         .call("DELETE", &format!("/v1/jobs/{id}"), Some(VISION), None)
         .await;
@@ -783,10 +840,14 @@ async fn get_cancel_events_and_explain_a_job() {
 #[tokio::test]
 async fn queues_nodes_and_admin_changes() {
     let api = api().await;
+    let (s, all) = api.call("GET", "/v1/queues", Some(ADMIN), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(all["queues"].as_array().unwrap().len(), 2, "{all}");
+    // A tenant token sees only its own rows.
     let (s, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
     assert_eq!(s, StatusCode::OK);
     let rows = q["queues"].as_array().unwrap();
-    assert_eq!(rows.len(), 2, "{q}");
+    assert_eq!(rows.len(), 1, "{q}");
     assert_eq!(rows[0]["tenant"], "vision");
     assert_eq!(rows[0]["nominal"], 16);
     for k in ["used", "borrowed", "lent", "pending", "running"] {
@@ -909,7 +970,7 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 22] = [
+const SERVED: [(&str, &str); 24] = [
     ("post", "/v1/jobs"),
     ("post", "/v1/jobs:batch"),
     ("post", "/v1/arrays"),
@@ -920,6 +981,7 @@ const SERVED: [(&str, &str); 22] = [
     ("delete", "/v1/jobs/{id}"),
     ("get", "/v1/jobs/{id}/events"),
     ("get", "/v1/jobs/{id}/explain"),
+    ("get", "/v1/jobs/{id}/timeline"),
     ("get", "/v1/jobs/{id}/logs"),
     ("get", "/v1/queues"),
     ("get", "/v1/nodes"),
@@ -929,6 +991,7 @@ const SERVED: [(&str, &str); 22] = [
     ("post", "/v1/nodes/{id}/drain"),
     ("get", "/v1/events"),
     ("get", "/v1/status"),
+    ("get", "/v1/whoami"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

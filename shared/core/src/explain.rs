@@ -20,10 +20,12 @@
 //! reservation guarantees, read a clock (`now` is passed in), or change
 //! anything.
 
+mod gantt;
 mod log_line;
 mod relief;
 mod words;
 
+pub use gantt::{gantt, Bar, Gantt, Lane, Mark};
 pub use log_line::{log_line, nodes_touched, tenant_touched};
 pub use relief::{relief, Relief};
 
@@ -200,6 +202,34 @@ pub fn queue_position(state: &State, id: JobId) -> Option<(usize, usize)> {
     let tenant = state.tenant(job.tenant?);
     let pos = tenant.pending.iter().position(|k| k.job == id)? + 1;
     Some((pos, tenant.pending.len()))
+}
+
+/// [`queue_position`] of each of `ids` (`None` for a job not queued), in
+/// one pass over the queue of each tenant among them: O(those queues'
+/// lengths), however many ids.
+pub fn queue_positions(state: &State, ids: &[JobId]) -> Vec<Option<(usize, usize)>> {
+    let mut wanted: std::collections::HashMap<JobId, Vec<usize>> = std::collections::HashMap::new();
+    let mut tenants: Vec<crate::state::TenantIdx> = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let Some(j) = state.job(*id).filter(|j| j.phase == Phase::Queued) else {
+            continue;
+        };
+        let Some(t) = j.tenant else { continue };
+        wanted.entry(*id).or_default().push(i);
+        if !tenants.contains(&t) {
+            tenants.push(t);
+        }
+    }
+    let mut out = vec![None; ids.len()];
+    for t in tenants {
+        let pending = &state.tenant(t).pending;
+        for (pos, k) in pending.iter().enumerate() {
+            for i in wanted.get(&k.job).into_iter().flatten() {
+                out[*i] = Some((pos + 1, pending.len()));
+            }
+        }
+    }
+    out
 }
 
 /// A time as an offset from the job's submission, right-aligned (`  +3 min 20 s`).

@@ -975,6 +975,17 @@ fn explain_names_the_blocked_head_and_the_queue_position() {
         gpusched_core::explain::queue_position(&d.state, small),
         Some((2, 2))
     );
+    // Many at once, in one pass per queue: the same answers, in order.
+    let ids = [small, first, big, small];
+    let one_by_one: Vec<_> = ids
+        .iter()
+        .map(|id| gpusched_core::explain::queue_position(&d.state, *id))
+        .collect();
+    assert_eq!(
+        gpusched_core::explain::queue_positions(&d.state, &ids),
+        one_by_one
+    );
+    assert_eq!(one_by_one, [Some((2, 2)), None, Some((1, 2)), Some((2, 2))]);
     assert_eq!(
         gpusched_core::explain::pending_reason(&d.state, first),
         None
