@@ -16,6 +16,7 @@ let me = null; // {admin, tenant} of the token
 let stream = null; // AbortController of the live event stream
 let refreshTimer = null;
 let render = null; // re-renders the current page's data
+let cancelNote = null; // {id, text}: the answer to the last cancel sent
 
 // ---- helpers -------------------------------------------------------------
 
@@ -105,6 +106,9 @@ function table(caption, head, rows, numeric = []) {
 function logout(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   me = null;
+  render = null;
+  clearTimeout(refreshTimer);
+  refreshTimer = null;
   if (stream) stream.abort();
   stream = null;
   login(message);
@@ -159,6 +163,10 @@ async function follow() {
         headers: { Authorization: `Bearer ${token()}`, Accept: "text/event-stream" },
         signal: ctl.signal,
       });
+      if (res.status === 401) {
+        logout("The token was refused; log in again.");
+        return;
+      }
       if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
       live.textContent = "live";
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -166,7 +174,7 @@ async function follow() {
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buf += value;
+        buf = (buf + value).replace(/\r\n?/g, "\n");
         let cut;
         while ((cut = buf.indexOf("\n\n")) >= 0) {
           const frame = buf.slice(0, cut);
@@ -187,11 +195,21 @@ async function follow() {
 }
 
 /** Refreshes the current page's data at most twice a second. */
+let refreshing = false;
 function soon() {
-  if (refreshTimer) return;
+  if (refreshTimer || !me) return;
   refreshTimer = setTimeout(async () => {
     refreshTimer = null;
-    if (render) await render().catch(() => {});
+    // One redraw at a time, and none while a cancel waits for its answer.
+    if (!render || refreshing || document.getElementById("cancel-confirm")) return;
+    refreshing = true;
+    try {
+      await render();
+    } catch (e) {
+      /* the next event or tick tries again */
+    } finally {
+      refreshing = false;
+    }
   }, 500);
 }
 
@@ -370,14 +388,17 @@ async function jobPage(id) {
       api(`/v1/jobs/${id}`), api(`/v1/jobs/${id}/timeline`), api(`/v1/jobs/${id}/explain`)]);
     const now = Date.now();
     const cancel = h("div", { id: "cancel" });
-    if (!ENDED.has(job.state) && !job.cancel_requested) {
+    if (cancelNote && cancelNote.id === id) {
+      cancel.append(h("p", { role: "status" }, cancelNote.text));
+    } else if (!ENDED.has(job.state) && !job.cancel_requested) {
       const ask = h("button", { type: "button", id: "cancel-job", onclick: () => {
         ask.hidden = true;
         cancel.append(
           h("button", { type: "button", id: "cancel-confirm", onclick: async () => {
             try {
               const r = await api(`/v1/jobs/${id}`, { method: "DELETE" });
-              cancel.replaceChildren(h("p", { role: "status" }, `Cancel recorded (log sequence ${r.seq}); the job is ${r.state}.`));
+              cancelNote = { id, text: `Cancel recorded (log sequence ${r.seq}); the job is ${r.state}.` };
+              cancel.replaceChildren(h("p", { role: "status" }, cancelNote.text));
               soon();
             } catch (e) {
               showError(cancel, e);
@@ -435,6 +456,10 @@ async function route() {
 }
 
 window.addEventListener("hashchange", route);
+document.querySelector(".skip").addEventListener("click", (ev) => {
+  ev.preventDefault(); // a hash link would be taken for a page
+  main.focus();
+});
 document.getElementById("logout").addEventListener("click", () => logout("Logged out."));
 setInterval(soon, 10000); // what the stream does not show a tenant (others' use)
 if (token()) start().catch((e) => { if (e.status !== 401) login(e.message); });

@@ -10,6 +10,7 @@
 //! draws it up to its own now), or change anything.
 
 use super::log_line;
+use super::words::{duration, gpu_hours};
 use crate::state::State;
 use gpusched_events::Event;
 use gpusched_model::{JobId, NodeId, Timestamp};
@@ -134,8 +135,25 @@ fn step(g: &mut Gantt, state: &State, ev: &Event, job: JobId, at: Timestamp) {
         })
     };
     match ev {
-        Event::PreemptionPlanned { victims, .. } if victims.iter().any(|v| v.job == job) => {
-            mark(g);
+        Event::PreemptionPlanned {
+            beneficiary,
+            cause,
+            victims,
+            ..
+        } if victims.iter().any(|v| v.job == job) => {
+            // Only what concerns this job: never the other victims, who may
+            // be another tenant's.
+            let own = victims.iter().find(|v| v.job == job);
+            let lost = own.map_or(0, |v| v.expected_lost_gpu_ms);
+            g.marks.push(Mark {
+                at,
+                kind: ev.kind(),
+                text: format!(
+                    "chosen as a victim for job {beneficiary}: {}; expected loss {}",
+                    super::cause_text(cause),
+                    gpu_hours(lost)
+                ),
+            });
             let held = g.held();
             g.open(
                 Lane::Preempting,
@@ -173,7 +191,24 @@ fn step(g: &mut Gantt, state: &State, ev: &Event, job: JobId, at: Timestamp) {
             let held = g.held();
             g.open(Lane::Running, "running".into(), at, held);
         }
-        Event::JobPreempted { .. } | Event::JobRequeued { .. } => {
+        Event::JobPreempted {
+            lost_gpu_ms,
+            resume_from,
+            ..
+        } => {
+            // Its nodes are those it held, not the state's now.
+            let resume = match resume_from {
+                Some(c) => format!("resumes from its checkpoint at {}", duration(c.progress_ms)),
+                None => "restarts from the beginning".to_string(),
+            };
+            g.marks.push(Mark {
+                at,
+                kind: ev.kind(),
+                text: format!("preempted, {} lost; {resume}", gpu_hours(*lost_gpu_ms)),
+            });
+            g.open(Lane::Pending, "requeued".into(), at, vec![]);
+        }
+        Event::JobRequeued { .. } => {
             mark(g);
             g.open(Lane::Pending, "requeued".into(), at, vec![]);
         }
@@ -265,12 +300,20 @@ mod tests {
                     tenant: "vision".into(),
                     flavor: "h100".into(),
                 },
-                victims: vec![Victim {
-                    job,
-                    deadline: t(9_000),
-                    expected_lost_gpu_ms: 1,
-                    cost: 1,
-                }],
+                victims: vec![
+                    Victim {
+                        job,
+                        deadline: t(9_000),
+                        expected_lost_gpu_ms: 1,
+                        cost: 1,
+                    },
+                    Victim {
+                        job: JobId(99),
+                        deadline: t(9_000),
+                        expected_lost_gpu_ms: 1,
+                        cost: 1,
+                    },
+                ],
                 reserve: vec![],
                 at: t(6_000),
             },
@@ -314,6 +357,16 @@ mod tests {
         assert_eq!(g.bars[2].text, "admitted to h100, borrowing 8 GPUs");
         assert_eq!(g.bars[4].nodes, vec![NodeId(0)], "running keeps the nodes");
         assert_eq!(g.bars[5].nodes, vec![NodeId(0)]);
+        assert!(
+            g.marks[0].text.contains("victim for job 8") && !g.marks[0].text.contains("99"),
+            "only this job's part of the plan: {}",
+            g.marks[0].text
+        );
+        assert!(
+            g.marks[1].text.starts_with("preempted"),
+            "{}",
+            g.marks[1].text
+        );
         let marks: Vec<&str> = g.marks.iter().map(|m| m.kind).collect();
         assert_eq!(
             marks,
