@@ -4,25 +4,37 @@
 //! [`msg_id`]. Must never: reorder or remove variants of the wire enum
 //! (postcard encodes variants by position), or panic on malformed input.
 //!
-//! # Why the events travel as JSON inside postcard
+//! # How the events travel
 //!
-//! `Event` (and the reasons it carries) is an internally tagged serde enum
-//! (`#[serde(tag = "type")]`). Deserializing such enums needs
-//! `deserialize_any`, which postcard, a non-self-describing format, does not
-//! support: encoding succeeds but decoding fails (see the test
-//! `postcard_rejects_internally_tagged_event`). A postcard-safe mirror of
-//! every event type would duplicate the whole `gpusched-events` crate and
-//! must be kept in step with it by hand. So the envelope header (producer,
-//! epoch, sequence range, correlation id) is postcard, and the events are
-//! one JSON array (`Vec<Event>` as `serde_json` writes it) carried as a
-//! byte string in the last field. JSON is the encoding `Event` is designed
-//! for, is self-describing (new event variants do not shift old ones), and
-//! the golden-bytes tests pin both layers.
+//! The envelope header (producer, epoch, sequence range, correlation id)
+//! and the events are one postcard message. `Event` is an internally
+//! tagged serde enum (`#[serde(tag = "type")]`, the JSON form the log
+//! stores), which postcard cannot read back (see the test
+//! `postcard_rejects_internally_tagged_event`); the events travel in
+//! their binary form, `gpusched_events::binary`: each event's variant
+//! index and fields by position, checked against `Event` by the compiler.
+//! Every follower decodes every batch, so the bus form is the one that is
+//! cheap to read (docs/loadtest.md, "Encoding: measured").
 //!
-//! Wire layout of V1 (postcard): variant index `0` (varint), `producer`
-//! (varint length + UTF-8), `epoch`, `first_seq`, `last_seq` (varints),
-//! `correlation_id` (`0` = none, `1` + string), events JSON (varint length
-//! + bytes).
+//! Two wire forms decode; one is written:
+//!
+//! - **`0`: JSON events** (written before the binary form existed): the
+//!   header, then the events as one JSON array (`Vec<Event>` as
+//!   `serde_json` writes it), a length-prefixed byte string. Still read,
+//!   so a stream written by an older build replays.
+//! - **`1`: binary events** (written now): the header, then the event
+//!   count and each event's binary form.
+//!
+//! A reader that predates the binary form cannot decode it and treats the
+//! message as malformed: it reads those events from the log instead
+//! (`gpusched-runtime`), so services of both builds may run side by side
+//! during an upgrade.
+//!
+//! Wire layout (postcard): form index (varint), `producer` (varint
+//! length, then UTF-8), `epoch`, `first_seq`, `last_seq` (varints),
+//! `correlation_id` (`0` = none, `1` then the string), then the events
+//! (form `0`: varint length, then JSON bytes; form `1`: varint count, then
+//! the events).
 
 use gpusched_events::Event;
 use serde::{Deserialize, Serialize};
@@ -64,13 +76,16 @@ impl Envelope {
 }
 
 /// The postcard form. Variant order is the wire format: only append.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 enum WireEnvelope {
-    V1(WireBatchV1),
+    /// A batch with its events as JSON (read, no longer written).
+    V1Json(WireBatchV1Json),
+    /// A batch with its events in their binary form.
+    V1Binary(WireBatchV1Binary),
 }
 
-#[derive(Serialize, Deserialize)]
-struct WireBatchV1 {
+#[derive(Deserialize)]
+struct WireBatchV1Json {
     producer: String,
     epoch: u64,
     first_seq: u64,
@@ -79,44 +94,78 @@ struct WireBatchV1 {
     events_json: Vec<u8>,
 }
 
-/// Encodes an envelope to its wire bytes.
+#[derive(Deserialize)]
+struct WireBatchV1Binary {
+    producer: String,
+    epoch: u64,
+    first_seq: u64,
+    last_seq: u64,
+    correlation_id: Option<String>,
+    #[serde(with = "gpusched_events::binary::events")]
+    events: Vec<Event>,
+}
+
+/// What [`encode`] writes: the same layout as [`WireEnvelope`], borrowed
+/// (no copy of the events).
+#[derive(Serialize)]
+enum WireEnvelopeOut<'a> {
+    /// Not written any more; declared to keep the next variant's index.
+    #[allow(dead_code)]
+    V1Json(()),
+    V1Binary(WireBatchV1BinaryOut<'a>),
+}
+
+#[derive(Serialize)]
+struct WireBatchV1BinaryOut<'a> {
+    producer: &'a str,
+    epoch: u64,
+    first_seq: u64,
+    last_seq: u64,
+    correlation_id: Option<&'a str>,
+    #[serde(with = "gpusched_events::binary::events")]
+    events: &'a [Event],
+}
+
+/// Encodes an envelope to its wire bytes (form `1`: binary events).
 pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, BusError> {
-    let wire = match envelope {
-        Envelope::V1(b) => WireEnvelope::V1(WireBatchV1 {
-            producer: b.producer.clone(),
-            epoch: b.epoch,
-            first_seq: b.first_seq,
-            last_seq: b.last_seq,
-            correlation_id: b.correlation_id.clone(),
-            events_json: serde_json::to_vec(&b.events)
-                .map_err(|e| BusError::Encode(format!("events: {e}")))?,
-        }),
-    };
+    let Envelope::V1(b) = envelope;
+    let wire = WireEnvelopeOut::V1Binary(WireBatchV1BinaryOut {
+        producer: &b.producer,
+        epoch: b.epoch,
+        first_seq: b.first_seq,
+        last_seq: b.last_seq,
+        correlation_id: b.correlation_id.as_deref(),
+        events: &b.events,
+    });
     postcard::to_allocvec(&wire).map_err(|e| BusError::Encode(format!("envelope: {e}")))
 }
 
-/// Decodes wire bytes; malformed input gives an error, never a panic.
-/// Trailing bytes after the envelope are an error.
+/// Decodes wire bytes of either form; malformed input gives an error,
+/// never a panic. Trailing bytes after the envelope are an error.
 pub fn decode(bytes: &[u8]) -> Result<Envelope, BusError> {
     let (wire, rest): (WireEnvelope, &[u8]) =
         postcard::take_from_bytes(bytes).map_err(BusError::Envelope)?;
     if !rest.is_empty() {
         return Err(BusError::TrailingBytes(rest.len()));
     }
-    match wire {
-        WireEnvelope::V1(w) => {
-            let events: Vec<Event> =
-                serde_json::from_slice(&w.events_json).map_err(BusError::Events)?;
-            Ok(Envelope::V1(BatchV1 {
-                producer: w.producer,
-                epoch: w.epoch,
-                first_seq: w.first_seq,
-                last_seq: w.last_seq,
-                correlation_id: w.correlation_id,
-                events,
-            }))
-        }
-    }
+    Ok(Envelope::V1(match wire {
+        WireEnvelope::V1Json(w) => BatchV1 {
+            events: serde_json::from_slice(&w.events_json).map_err(BusError::Events)?,
+            producer: w.producer,
+            epoch: w.epoch,
+            first_seq: w.first_seq,
+            last_seq: w.last_seq,
+            correlation_id: w.correlation_id,
+        },
+        WireEnvelope::V1Binary(w) => BatchV1 {
+            producer: w.producer,
+            epoch: w.epoch,
+            first_seq: w.first_seq,
+            last_seq: w.last_seq,
+            correlation_id: w.correlation_id,
+            events: w.events,
+        },
+    }))
 }
 
 /// The idempotency key (`Nats-Msg-Id`) of an envelope:
@@ -149,9 +198,24 @@ mod tests {
         })
     }
 
-    /// Checked in: these bytes must keep decoding to `sample()` forever.
-    const GOLDEN_V1: &[u8] = &[
-        0x00, // variant V1
+    /// Checked in: what `encode` writes for `sample()`, and must keep
+    /// decoding forever.
+    const GOLDEN_BINARY: &[u8] = &[
+        0x01, // form 1: binary events
+        0x05, b'a', b'd', b'm', b'i', b't', // producer
+        0x03, // epoch
+        0xac, 0x02, // first_seq 300
+        0xad, 0x02, // last_seq 301
+        0x01, 0x02, b'c', b'1', // correlation_id Some("c1")
+        0x02, // two events
+        0x00, 0x01, 0x04, b'r', b'a', b'c', b'k', // topology_configured ["rack"]
+        0x00, 0x00, // topology_configured []
+    ];
+
+    /// Checked in: the JSON form an older build wrote for `sample()`; it
+    /// must keep decoding forever.
+    const GOLDEN_JSON_HEADER: &[u8] = &[
+        0x00, // form 0: JSON events
         0x05, b'a', b'd', b'm', b'i', b't', // producer
         0x03, // epoch
         0xac, 0x02, // first_seq 300
@@ -159,23 +223,28 @@ mod tests {
         0x01, 0x02, b'c', b'1', // correlation_id Some("c1")
         0x5d, // 93 bytes of JSON
     ];
-    const GOLDEN_V1_JSON: &[u8] = br#"[{"type":"topology_configured","levels":["rack"]},{"type":"topology_configured","levels":[]}]"#;
+    const GOLDEN_JSON_EVENTS: &[u8] = br#"[{"type":"topology_configured","levels":["rack"]},{"type":"topology_configured","levels":[]}]"#;
 
-    fn golden() -> Vec<u8> {
-        let mut v = GOLDEN_V1.to_vec();
-        v.extend_from_slice(GOLDEN_V1_JSON);
+    fn golden_json() -> Vec<u8> {
+        let mut v = GOLDEN_JSON_HEADER.to_vec();
+        v.extend_from_slice(GOLDEN_JSON_EVENTS);
         v
     }
 
     #[test]
     fn golden_bytes_encode() {
-        assert_eq!(GOLDEN_V1_JSON.len(), 0x5d);
-        assert_eq!(encode(&sample()).unwrap(), golden());
+        assert_eq!(encode(&sample()).unwrap(), GOLDEN_BINARY);
     }
 
     #[test]
     fn golden_bytes_decode() {
-        assert_eq!(decode(&golden()).unwrap(), sample());
+        assert_eq!(decode(GOLDEN_BINARY).unwrap(), sample());
+    }
+
+    #[test]
+    fn the_json_form_still_decodes() {
+        assert_eq!(GOLDEN_JSON_EVENTS.len(), 0x5d);
+        assert_eq!(decode(&golden_json()).unwrap(), sample());
     }
 
     #[test]
@@ -188,9 +257,11 @@ mod tests {
             correlation_id: None,
             events: vec![],
         });
-        let bytes: &[u8] = &[0x00, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x02, b'[', b']'];
-        assert_eq!(encode(&env).unwrap(), bytes);
-        assert_eq!(decode(bytes).unwrap(), env);
+        let binary: &[u8] = &[0x01, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
+        assert_eq!(encode(&env).unwrap(), binary);
+        assert_eq!(decode(binary).unwrap(), env);
+        let json: &[u8] = &[0x00, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x02, b'[', b']'];
+        assert_eq!(decode(json).unwrap(), env);
     }
 
     #[test]
@@ -207,21 +278,26 @@ mod tests {
             Err(BusError::Envelope(_))
         ));
         assert!(matches!(decode(&[0x07]), Err(BusError::Envelope(_))));
-        let mut trailing = golden();
+        let mut trailing = GOLDEN_BINARY.to_vec();
         trailing.push(0);
         assert!(matches!(decode(&trailing), Err(BusError::TrailingBytes(1))));
         let bad_json: &[u8] = &[0x00, 0x01, b'p', 0, 1, 1, 0, 0x02, b'{', b'}'];
         assert!(matches!(decode(bad_json), Err(BusError::Events(_))));
+        // An event variant this build does not know.
+        let unknown_event: &[u8] = &[0x01, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
+        assert!(matches!(decode(unknown_event), Err(BusError::Envelope(_))));
         // Every truncation of a valid message is an error, never a panic.
-        let g = golden();
-        for n in 0..g.len() {
-            assert!(decode(&g[..n]).is_err(), "prefix of {n} bytes decoded");
+        for g in [GOLDEN_BINARY.to_vec(), golden_json()] {
+            for n in 0..g.len() {
+                assert!(decode(&g[..n]).is_err(), "prefix of {n} bytes decoded");
+            }
         }
     }
 
     #[test]
     fn postcard_rejects_internally_tagged_event() {
-        // Why events travel as JSON: postcard cannot decode `#[serde(tag)]`.
+        // Why events need their binary form: postcard cannot decode
+        // `#[serde(tag)]`.
         let ev = Event::TopologyConfigured {
             levels: vec!["rack".to_string()],
         };

@@ -8,13 +8,14 @@ use std::time::Duration;
 /// Everything that can go wrong on the bus.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
-    /// The outer postcard envelope could not be decoded.
+    /// The postcard message (header, or events in their binary form)
+    /// could not be decoded.
     #[error("envelope: malformed postcard bytes: {0}")]
     Envelope(#[source] postcard::Error),
     /// The envelope decoded but bytes were left over after it.
     #[error("envelope: {0} trailing bytes after the envelope")]
     TrailingBytes(usize),
-    /// The events payload (JSON inside the envelope) could not be decoded.
+    /// The events of the older JSON form could not be decoded.
     #[error("events: malformed JSON payload: {0}")]
     Events(#[source] serde_json::Error),
     /// Encoding failed (should not happen for well-formed values).

@@ -106,7 +106,7 @@ pub struct Job {
     /// Its id.
     pub id: JobId,
     /// What was asked.
-    #[serde(with = "crate::snapshot::spec")]
+    #[serde(with = "gpusched_model::positional::job_spec")]
     pub spec: JobSpec,
     /// Where it is.
     pub phase: Phase,

@@ -8,6 +8,8 @@
 //! perform I/O, or reorder or remove enum variants: encodings by position
 //! (postcard) depend on the order, so new variants are only ever appended.
 
+pub mod binary;
+
 use gpusched_model::{Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod array;
+pub mod positional;
 pub use array::{
     parse_array_indices, ArrayIndicesError, ArrayTask, MAX_ARRAY_INDEX, MAX_ARRAY_TASKS,
 };

@@ -66,8 +66,8 @@ pub const ACK_BOUND: Duration = Duration::from_millis(100);
 /// pull.
 const EPHEMERAL_IDLE: Duration = Duration::from_secs(30);
 
-/// Most events in one NATS message. A batch's JSON events are a few
-/// hundred bytes each; NATS refuses payloads over 1 MiB by default (a
+/// Most events in one NATS message. An event is tens to hundreds of
+/// bytes on the bus (a submission with its command line more); NATS refuses payloads over 1 MiB by default (a
 /// 60,000-node registration is ~12 MiB).
 pub const MAX_EVENTS_PER_MESSAGE: usize = 1024;
 

@@ -1,0 +1,108 @@
+//! Positional (binary) forms of model types whose API form skips empty
+//! fields, for encodings such as postcard that write fields by position
+//! and cannot read back a field that was skipped.
+//!
+//! Owns: [`job_spec`], a `#[serde(with)]` module that writes every field of
+//! a [`JobSpec`](crate::JobSpec) in declaration order. The destructuring
+//! lists every field: a new one fails to compile until it is added here.
+//! Must never: be used for JSON (the API's form is the derived one), or
+//! change the order of fields already written (snapshots and bus messages
+//! depend on it; a new field is added at the end, with a new format
+//! version by whoever stores it).
+
+/// A job's spec with every field written, in declaration order.
+pub mod job_spec {
+    use crate::{ArrayTask, CheckpointPolicy, Gpus, JobSpec};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    type Fields = (
+        String,
+        i32,
+        u32,
+        Gpus,
+        Vec<String>,
+        String,
+        bool,
+        Option<CheckpointPolicy>,
+        Option<u64>,
+        Vec<String>,
+        BTreeMap<String, String>,
+        Option<String>,
+        Option<String>,
+        Option<ArrayTask>,
+    );
+
+    /// Writes every field, in declaration order.
+    pub fn serialize<S: Serializer>(spec: &JobSpec, s: S) -> Result<S::Ok, S::Error> {
+        let JobSpec {
+            tenant,
+            priority,
+            workers,
+            gpus_per_worker,
+            flavors,
+            topology,
+            preemptible,
+            checkpoint,
+            max_runtime_s,
+            command,
+            env,
+            working_dir,
+            checkpoint_signal,
+            array,
+        } = spec;
+        (
+            tenant,
+            priority,
+            workers,
+            gpus_per_worker,
+            flavors,
+            topology,
+            preemptible,
+            checkpoint,
+            max_runtime_s,
+            command,
+            env,
+            working_dir,
+            checkpoint_signal,
+            array,
+        )
+            .serialize(s)
+    }
+
+    /// Reads what [`serialize`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<JobSpec, D::Error> {
+        let (
+            tenant,
+            priority,
+            workers,
+            gpus_per_worker,
+            flavors,
+            topology,
+            preemptible,
+            checkpoint,
+            max_runtime_s,
+            command,
+            env,
+            working_dir,
+            checkpoint_signal,
+            array,
+        ): Fields = Deserialize::deserialize(d)?;
+        Ok(JobSpec {
+            tenant,
+            priority,
+            workers,
+            gpus_per_worker,
+            flavors,
+            topology,
+            preemptible,
+            checkpoint,
+            max_runtime_s,
+            command,
+            env,
+            working_dir,
+            checkpoint_signal,
+            array,
+        })
+    }
+}
