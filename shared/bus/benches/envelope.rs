@@ -8,27 +8,10 @@
 //!
 //! Run: `cargo bench -p gpusched-bus --bench envelope`.
 
-use gpusched_bus::{decode, encode, BatchV1, Envelope};
+use gpusched_bus::{decode, encode, encode_json_form, BatchV1, Envelope};
 use gpusched_events::{Assignment, Event};
 use gpusched_model::{JobId, JobSpec, NodeId, Timestamp};
-use serde::Serialize;
 use std::time::Instant;
-
-/// The JSON form's layout (form 0), for the comparison only.
-#[derive(Serialize)]
-enum JsonForm {
-    V1Json(JsonBatch),
-}
-
-#[derive(Serialize)]
-struct JsonBatch {
-    producer: String,
-    epoch: u64,
-    first_seq: u64,
-    last_seq: u64,
-    correlation_id: Option<String>,
-    events_json: Vec<u8>,
-}
 
 fn spec(i: u64) -> JobSpec {
     JobSpec {
@@ -106,15 +89,7 @@ fn main() {
     };
     let envelope = Envelope::V1(batch);
     let binary = encode(&envelope).expect("encodes");
-    let json = postcard::to_allocvec(&JsonForm::V1Json(JsonBatch {
-        producer: "gateway".into(),
-        epoch: 3,
-        first_seq: 1,
-        last_seq: events.len() as u64,
-        correlation_id: None,
-        events_json: serde_json::to_vec(&events).expect("encodes"),
-    }))
-    .expect("encodes");
+    let json = encode_json_form(&envelope).expect("encodes");
     let (json_us, a) = best_of(50, || decode(&json).expect("decodes"));
     let (binary_us, b) = best_of(50, || decode(&binary).expect("decodes"));
     assert_eq!(a, b, "both forms hold the same batch");

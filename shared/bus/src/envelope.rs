@@ -22,21 +22,25 @@
 //!   header, then the events as one JSON array (`Vec<Event>` as
 //!   `serde_json` writes it), a length-prefixed byte string. Still read,
 //!   so a stream written by an older build replays.
-//! - **`1`: binary events** (written now): the header, then the event
-//!   count and each event's binary form.
+//! - **`1`: binary events** (written now): the writer's binary form
+//!   number (`gpusched_events::binary::FORM`), the header, then the event
+//!   count and each event's binary form. A reader of another form number
+//!   refuses the message ([`BusError::UnknownBinaryForm`]) before reading
+//!   any event.
 //!
 //! A reader that predates the binary form cannot decode it and treats the
 //! message as malformed: it reads those events from the log instead
 //! (`gpusched-runtime`), so services of both builds may run side by side
 //! during an upgrade.
 //!
-//! Wire layout (postcard): form index (varint), `producer` (varint
+//! Wire layout (postcard): form index (varint), in form `1` the binary
+//! form number (varint), `producer` (varint
 //! length, then UTF-8), `epoch`, `first_seq`, `last_seq` (varints),
 //! `correlation_id` (`0` = none, `1` then the string), then the events
 //! (form `0`: varint length, then JSON bytes; form `1`: varint count, then
 //! the events).
 
-use gpusched_events::Event;
+use gpusched_events::{binary, Event};
 use serde::{Deserialize, Serialize};
 
 use crate::BusError;
@@ -76,7 +80,7 @@ impl Envelope {
 }
 
 /// The postcard form. Variant order is the wire format: only append.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 enum WireEnvelope {
     /// A batch with its events as JSON (read, no longer written).
     V1Json(WireBatchV1Json),
@@ -84,7 +88,7 @@ enum WireEnvelope {
     V1Binary(WireBatchV1Binary),
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireBatchV1Json {
     producer: String,
     epoch: u64,
@@ -94,8 +98,11 @@ struct WireBatchV1Json {
     events_json: Vec<u8>,
 }
 
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct WireBatchV1Binary {
+    /// `gpusched_events::binary::FORM` of the writer (checked by
+    /// [`decode`] before anything else is read).
+    form: u16,
     producer: String,
     epoch: u64,
     first_seq: u64,
@@ -117,6 +124,7 @@ enum WireEnvelopeOut<'a> {
 
 #[derive(Serialize)]
 struct WireBatchV1BinaryOut<'a> {
+    form: u16,
     producer: &'a str,
     epoch: u64,
     first_seq: u64,
@@ -130,6 +138,7 @@ struct WireBatchV1BinaryOut<'a> {
 pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, BusError> {
     let Envelope::V1(b) = envelope;
     let wire = WireEnvelopeOut::V1Binary(WireBatchV1BinaryOut {
+        form: binary::FORM,
         producer: &b.producer,
         epoch: b.epoch,
         first_seq: b.first_seq,
@@ -140,9 +149,33 @@ pub fn encode(envelope: &Envelope) -> Result<Vec<u8>, BusError> {
     postcard::to_allocvec(&wire).map_err(|e| BusError::Encode(format!("envelope: {e}")))
 }
 
+/// Encodes an envelope as builds before the binary form did (form `0`:
+/// the events as JSON): for tests and benchmarks of mixed versions. No
+/// service writes it.
+pub fn encode_json_form(envelope: &Envelope) -> Result<Vec<u8>, BusError> {
+    let Envelope::V1(b) = envelope;
+    let wire = WireEnvelope::V1Json(WireBatchV1Json {
+        producer: b.producer.clone(),
+        epoch: b.epoch,
+        first_seq: b.first_seq,
+        last_seq: b.last_seq,
+        correlation_id: b.correlation_id.clone(),
+        events_json: serde_json::to_vec(&b.events)
+            .map_err(|e| BusError::Encode(format!("events: {e}")))?,
+    });
+    postcard::to_allocvec(&wire).map_err(|e| BusError::Encode(format!("envelope: {e}")))
+}
+
 /// Decodes wire bytes of either form; malformed input gives an error,
 /// never a panic. Trailing bytes after the envelope are an error.
 pub fn decode(bytes: &[u8]) -> Result<Envelope, BusError> {
+    // Form 1 starts with the writer's binary form: a build reads only its
+    // own (a positional layout read as another would misread events).
+    if let Ok(((1, form), _)) = postcard::take_from_bytes::<(u32, u16)>(bytes) {
+        if form != binary::FORM {
+            return Err(BusError::UnknownBinaryForm { found: form });
+        }
+    }
     let (wire, rest): (WireEnvelope, &[u8]) =
         postcard::take_from_bytes(bytes).map_err(BusError::Envelope)?;
     if !rest.is_empty() {
@@ -202,6 +235,7 @@ mod tests {
     /// decoding forever.
     const GOLDEN_BINARY: &[u8] = &[
         0x01, // form 1: binary events
+        0x01, // binary form 1
         0x05, b'a', b'd', b'm', b'i', b't', // producer
         0x03, // epoch
         0xac, 0x02, // first_seq 300
@@ -245,6 +279,7 @@ mod tests {
     fn the_json_form_still_decodes() {
         assert_eq!(GOLDEN_JSON_EVENTS.len(), 0x5d);
         assert_eq!(decode(&golden_json()).unwrap(), sample());
+        assert_eq!(encode_json_form(&sample()).unwrap(), golden_json());
     }
 
     #[test]
@@ -257,7 +292,7 @@ mod tests {
             correlation_id: None,
             events: vec![],
         });
-        let binary: &[u8] = &[0x01, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
+        let binary: &[u8] = &[0x01, 0x01, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
         assert_eq!(encode(&env).unwrap(), binary);
         assert_eq!(decode(binary).unwrap(), env);
         let json: &[u8] = &[0x00, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x02, b'[', b']'];
@@ -284,8 +319,15 @@ mod tests {
         let bad_json: &[u8] = &[0x00, 0x01, b'p', 0, 1, 1, 0, 0x02, b'{', b'}'];
         assert!(matches!(decode(bad_json), Err(BusError::Events(_))));
         // An event variant this build does not know.
-        let unknown_event: &[u8] = &[0x01, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
+        let unknown_event: &[u8] = &[0x01, 0x01, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
         assert!(matches!(decode(unknown_event), Err(BusError::Envelope(_))));
+        // Another release's binary form is refused before any event is read.
+        let mut other_form = GOLDEN_BINARY.to_vec();
+        other_form[1] = 2;
+        assert!(matches!(
+            decode(&other_form),
+            Err(BusError::UnknownBinaryForm { found: 2 })
+        ));
         // Every truncation of a valid message is an error, never a panic.
         for g in [GOLDEN_BINARY.to_vec(), golden_json()] {
             for n in 0..g.len() {

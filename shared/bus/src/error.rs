@@ -12,6 +12,16 @@ pub enum BusError {
     /// could not be decoded.
     #[error("envelope: malformed postcard bytes: {0}")]
     Envelope(#[source] postcard::Error),
+    /// The events are in a binary form this build does not read (written
+    /// by another release): the reader reads them from the log instead.
+    #[error(
+        "events: binary form {found}, this build reads form {}",
+        gpusched_events::binary::FORM
+    )]
+    UnknownBinaryForm {
+        /// The form the message was written in.
+        found: u16,
+    },
     /// The envelope decoded but bytes were left over after it.
     #[error("envelope: {0} trailing bytes after the envelope")]
     TrailingBytes(usize),

@@ -63,7 +63,7 @@ mod publisher;
 mod subscriber;
 pub mod testing;
 
-pub use envelope::{decode, encode, msg_id, BatchV1, Envelope};
+pub use envelope::{decode, encode, encode_json_form, msg_id, BatchV1, Envelope};
 pub use error::BusError;
 pub use job_traces::{is_traceparent, JobTraces, JOB_TRACES, MAX_JOB_TRACES};
 pub use naming::{ensure_stream, Namespace, DEFAULT_DUPLICATE_WINDOW};

@@ -17,9 +17,19 @@
 //! format, as `Event`'s own rule says: new variants are only appended, here
 //! at the same place as there; the tests pin each variant's index.
 //!
-//! Owns: [`events`], a `#[serde(with)]` module for a sequence of events.
-//! Must never: be used for JSON (use `Event`'s derived form), or reorder a
-//! variant or field.
+//! A positional form cannot tell an old layout from a new one: an event
+//! written with one field fewer would be read with the next event's bytes
+//! in its place. So the form has a number, [`FORM`], which whoever carries
+//! events writes beside them and checks before reading them. Any change
+//! to the layout (a field added to a variant, a variant appended) bumps
+//! it, and the checked-in message of every kind
+//! (`shared/events/fixtures/log-v1.bus`, tested by the bus crate) fails
+//! until it does. A reader of another form must refuse the message and
+//! read those events from the log (docs/extending.md).
+//!
+//! Owns: [`FORM`] and [`events`], a `#[serde(with)]` module for a sequence
+//! of events. Must never: be used for JSON (use `Event`'s derived form),
+//! reorder a variant or field, or change without a new [`FORM`].
 
 use crate::{
     Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RejectReason,
@@ -29,6 +39,10 @@ use gpusched_model::{
     positional::job_spec, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
 };
 use serde::{Deserialize, Serialize};
+
+/// The number of the binary form's layout. Bumped with every change to
+/// it; readers refuse a form they do not know.
+pub const FORM: u16 = 1;
 
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "WorkerExit")]
@@ -623,9 +637,13 @@ mod tests {
             .unwrap();
             // A count of 1, then the variant index.
             assert_eq!(bytes[..2], [1, declared_index(e)], "{}", e.kind());
+            assert_eq!(
+                crate::KINDS.get(declared_index(e) as usize),
+                Some(&e.kind())
+            );
             seen.insert(declared_index(e));
         }
-        let all: std::collections::BTreeSet<u8> = (0..=22).collect();
+        let all: std::collections::BTreeSet<u8> = (0..crate::KINDS.len() as u8).collect();
         assert_eq!(seen, all, "every_kind() must hold every variant");
     }
 

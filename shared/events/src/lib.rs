@@ -538,6 +538,35 @@ pub enum Event {
     },
 }
 
+/// Every event kind ([`Event::kind`]), in the order the variants are
+/// declared: `KINDS[i]` is the kind whose binary form has variant index
+/// `i` (`binary`'s tests check both). Only appended to, like `Event`.
+pub const KINDS: [&str; 23] = [
+    "topology_configured",
+    "tenant_configured",
+    "node_added",
+    "node_cordoned",
+    "node_uncordoned",
+    "node_drained",
+    "node_lost",
+    "job_submitted",
+    "job_accepted",
+    "job_rejected",
+    "job_admitted",
+    "job_pending",
+    "job_bound",
+    "job_started",
+    "job_finished",
+    "job_cancelled",
+    "job_cancel_requested",
+    "job_requeued",
+    "job_checkpointed",
+    "preemption_planned",
+    "job_preempted",
+    "reservation_made",
+    "node_rejoined",
+];
+
 impl Event {
     /// The stage allowed to write this kind (docs/architecture.md, "Crates").
     pub fn producer(&self) -> Producer {

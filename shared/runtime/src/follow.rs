@@ -138,7 +138,8 @@ async fn start_from_snapshot(log: &Log, view: &SharedView) {
 }
 
 /// What one read from the bus gave: batches, or `None` when the log must
-/// be read (the bus failed, dropped messages, or left a gap waiting).
+/// be read (the bus failed, dropped messages, carried one this build cannot
+/// read, or left a gap waiting).
 fn fold_received(view: &SharedView, received: Option<Vec<Incoming>>) -> bool {
     let Some(items) = received else { return true };
     let mut noop = |_: &State, _: u64, _: &Event, _: bool| {};
@@ -149,7 +150,11 @@ fn fold_received(view: &SharedView, received: Option<Vec<Incoming>>) -> bool {
             Incoming::Batch(b, _) => {
                 p.offer(b, &mut noop);
             }
-            Incoming::Malformed(why) => warn!(%why, "malformed message skipped"),
+            Incoming::Malformed(why) => {
+                // What it held may be missing: the log has it.
+                warn!(%why, "malformed message skipped");
+                need_read = true;
+            }
             Incoming::Lagged => need_read = true,
         }
     }

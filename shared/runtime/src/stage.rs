@@ -411,8 +411,10 @@ impl<'a, D: Decider> Stage<'a, D> {
                     folded += proj.offer(b, &mut observer(job_traces, decider));
                 }
                 Incoming::Malformed(why) => {
+                    // What it held may be missing: the log has it.
                     stats.malformed.fetch_add(1, Ordering::Relaxed);
                     warn!(service = %cfg.service, %why, "malformed message skipped");
+                    need_read = true;
                 }
                 Incoming::Lagged => need_read = true,
             }
