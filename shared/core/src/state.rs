@@ -10,7 +10,7 @@
 
 use crate::capacity::{CapacityIndex, FlavorIdx};
 use gpusched_events::{
-    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RejectReason,
+    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RejectReason, Victim,
 };
 use gpusched_model::{
     FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
@@ -1058,572 +1058,808 @@ impl State {
 
     fn apply_inner(&mut self, ev: &Event) -> Result<(), ApplyError> {
         match ev {
-            Event::TopologyConfigured { levels } => {
-                if !self.nodes.is_empty() {
-                    return Err(ApplyError::TopologyFixed);
-                }
-                let mut seen = BTreeSet::new();
-                for l in levels {
-                    if l.trim().is_empty() || l == LEVEL_ANY || l == LEVEL_NODE || !seen.insert(l) {
-                        return Err(FieldError::new(
-                            "levels",
-                            "names must be unique, non-empty, and not 'any' or 'node'",
-                        )
-                        .into());
-                    }
-                }
-                self.levels = levels.clone();
-                self.capacity = CapacityIndex::new(levels.len());
+            Event::TopologyConfigured { levels } => self.on_topology_configured(levels),
+            Event::TenantConfigured { spec } => self.on_tenant_configured(spec),
+            Event::NodeAdded { node, spec, .. } => self.on_node_added(*node, spec),
+            Event::NodeCordoned { node } => {
+                self.on_node_cordoned_or_drained(*node, NodeStatus::Cordoned, ev.kind())
             }
-            Event::TenantConfigured { spec } => {
-                spec.check_fields()?;
-                let t = match self.tenant_by_name.get(&spec.name) {
-                    Some(&t) => t,
-                    None => {
-                        let t = self.tenants.len() as TenantIdx;
-                        self.tenants.push(Tenant {
-                            spec: spec.clone(),
-                            cohort: None,
-                            quotas: Vec::new(),
-                            flavor_order: Vec::new(),
-                            usage: Vec::new(),
-                            pending: BTreeSet::new(),
-                            version: 0,
-                        });
-                        self.tenant_by_name.insert(spec.name.clone(), t);
-                        t
-                    }
-                };
-                self.detach_tenant(t);
-                let mut quotas = Vec::new();
-                let mut order = Vec::new();
-                for q in &spec.quotas {
-                    let f = self.intern_flavor(&q.flavor);
-                    *at_mut(&mut quotas, f as usize) = Some(Quota {
-                        nominal: q.nominal,
-                        borrowing_limit: q.borrowing_limit,
-                        lendable: q.lendable(),
-                    });
-                    order.push(f);
-                }
-                let tenant = &mut self.tenants[t as usize];
-                tenant.spec = spec.clone();
-                tenant.quotas = quotas;
-                tenant.flavor_order = order;
-                tenant.version += 1;
-                if let Some(c) = &spec.cohort {
-                    self.attach_tenant(t, c);
-                }
+            Event::NodeUncordoned { node } => self.on_node_uncordoned(*node, ev.kind()),
+            Event::NodeDrained { node } => {
+                self.on_node_cordoned_or_drained(*node, NodeStatus::Drained, ev.kind())
             }
-            Event::NodeAdded { node, spec, .. } => {
-                spec.check_fields(self.levels.len())?;
-                if node.index() != self.nodes.len() {
-                    return Err(FieldError::new("node", "must be the next node id").into());
-                }
-                if self.node_by_name.contains_key(&spec.name) {
-                    return Err(FieldError::new("name", "node name already registered").into());
-                }
-                let f = self.intern_flavor(&spec.flavor);
-                self.capacity.add_node(*node, f, spec.gpus, &spec.path);
-                self.nodes.push(Node {
-                    spec: spec.clone(),
-                    flavor: f,
-                    status: NodeStatus::Ready,
-                    jobs: Vec::new(),
-                    reserved_for: None,
-                });
-                self.node_by_name.insert(spec.name.clone(), *node);
-                *at_mut(&mut self.capacity_version, f as usize) += 1;
-            }
-            Event::NodeCordoned { node } | Event::NodeDrained { node } => {
-                let n = self.node_checked(*node)?;
-                let to = if matches!(ev, Event::NodeCordoned { .. }) {
-                    NodeStatus::Cordoned
-                } else {
-                    NodeStatus::Drained
-                };
-                let legal = match to {
-                    NodeStatus::Cordoned => n.status == NodeStatus::Ready,
-                    _ => matches!(n.status, NodeStatus::Ready | NodeStatus::Cordoned),
-                };
-                if !legal {
-                    return Err(ApplyError::IllegalNodeTransition {
-                        node: *node,
-                        from: n.status,
-                        event: ev.kind(),
-                    });
-                }
-                self.nodes[node.index()].status = to;
-                self.refresh_schedulable(*node);
-                // A reservation cannot start on a node taken out of service.
-                if let Some(owner) = self.nodes[node.index()].reserved_for {
-                    self.release_reservation(owner);
-                }
-            }
-            Event::NodeUncordoned { node } => {
-                let n = self.node_checked(*node)?;
-                if !matches!(n.status, NodeStatus::Cordoned | NodeStatus::Drained) {
-                    return Err(ApplyError::IllegalNodeTransition {
-                        node: *node,
-                        from: n.status,
-                        event: ev.kind(),
-                    });
-                }
-                let f = n.flavor;
-                self.nodes[node.index()].status = NodeStatus::Ready;
-                self.refresh_schedulable(*node);
-                *at_mut(&mut self.capacity_version, f as usize) += 1;
-            }
-            Event::NodeLost { node, .. } => {
-                let n = self.node_checked(*node)?;
-                if n.status == NodeStatus::Lost {
-                    return Err(ApplyError::IllegalNodeTransition {
-                        node: *node,
-                        from: n.status,
-                        event: ev.kind(),
-                    });
-                }
-                self.capacity.remove_node(*node);
-                let n = &mut self.nodes[node.index()];
-                n.status = NodeStatus::Lost;
-                let reserved = n.reserved_for;
-                for j in n.jobs.clone() {
-                    self.orphaned.insert(j);
-                }
-                if let Some(owner) = reserved {
-                    self.release_reservation(owner);
-                }
-            }
-            Event::NodeRejoined { node, .. } => {
-                let n = self.node_checked(*node)?;
-                // Back only once it is lost and every job it held has been
-                // requeued: it returns empty.
-                if n.status != NodeStatus::Lost || !n.jobs.is_empty() {
-                    return Err(ApplyError::IllegalNodeTransition {
-                        node: *node,
-                        from: n.status,
-                        event: ev.kind(),
-                    });
-                }
-                let f = n.flavor;
-                self.capacity.restore_node(*node);
-                self.nodes[node.index()].status = NodeStatus::Ready;
-                self.refresh_schedulable(*node);
-                *at_mut(&mut self.capacity_version, f as usize) += 1;
-            }
-            Event::JobSubmitted { job, spec, at } => {
-                if self.jobs.contains_key(job) {
-                    return Err(ApplyError::DuplicateJob(*job));
-                }
-                let order = self.next_order;
-                self.next_order += 1;
-                self.jobs.insert(
-                    *job,
-                    Job {
-                        id: *job,
-                        spec: spec.clone(),
-                        phase: Phase::Submitted,
-                        tenant: None,
-                        level: 0,
-                        flavors: Vec::new(),
-                        order,
-                        submitted_at: *at,
-                        flavor: None,
-                        borrowed: 0,
-                        admit_order: 0,
-                        assignments: Vec::new(),
-                        started_at: None,
-                        first_started_at: None,
-                        ended_at: None,
-                        starts: 0,
-                        requeues: 0,
-                        lost_gpu_ms: 0,
-                        last_reason: None,
-                        rejection: None,
-                        last_checkpoint: None,
-                        resume_progress_ms: 0,
-                        preempted_at: None,
-                        preemptions: 0,
-                        preempt: None,
-                        chosen_at: None,
-                        backfill_for: None,
-                        cancel_requested: None,
-                    },
-                );
-                self.counts.mv(None, Phase::Submitted);
-                self.awaiting.insert((order, *job));
-            }
-            Event::JobAccepted { job } => {
-                let j = self.expect_phase(*job, &[Phase::Submitted], ev.kind())?;
-                j.spec.check_fields()?;
-                let t = self
-                    .tenant_idx(&j.spec.tenant)
-                    .ok_or_else(|| ApplyError::UnknownTenant(j.spec.tenant.clone()))?;
-                let level = self
-                    .level_number(&j.spec.topology)
-                    .ok_or_else(|| FieldError::new("topology", "unknown level"))?;
-                let tenant = &self.tenants[t as usize];
-                let flavors = if j.spec.flavors.is_empty() {
-                    tenant.flavor_order.clone()
-                } else {
-                    let mut v = Vec::with_capacity(j.spec.flavors.len());
-                    for name in &j.spec.flavors {
-                        match self.flavor(name) {
-                            Some(f) if tenant.quota(f).is_some() => v.push(f),
-                            _ => return Err(ApplyError::BadFlavor(name.clone())),
-                        }
-                    }
-                    v
-                };
-                let order = j.order;
-                self.awaiting.remove(&(order, *job));
-                self.set_phase(*job, Phase::Queued);
-                let j = self.job_mut(*job)?;
-                j.tenant = Some(t);
-                j.level = level;
-                j.flavors = flavors;
-                let key = j.queue_key();
-                let tenant = &mut self.tenants[t as usize];
-                tenant.pending.insert(key);
-                tenant.version += 1;
-            }
-            Event::JobRejected { job, reason } => {
-                let j = self.expect_phase(*job, &[Phase::Submitted], ev.kind())?;
-                let order = j.order;
-                self.awaiting.remove(&(order, *job));
-                self.set_phase(*job, Phase::Rejected);
-                self.job_mut(*job)?.rejection = Some(reason.clone());
-            }
+            Event::NodeLost { node, .. } => self.on_node_lost(*node, ev.kind()),
+            Event::JobSubmitted { job, spec, at } => self.on_job_submitted(*job, spec, *at),
+            Event::JobAccepted { job } => self.on_job_accepted(*job, ev.kind()),
+            Event::JobRejected { job, reason } => self.on_job_rejected(*job, reason, ev.kind()),
             Event::JobAdmitted {
                 job,
                 flavor,
                 borrowed,
                 ..
-            } => {
-                let j = self.expect_phase(*job, &[Phase::Queued], ev.kind())?;
-                let f = self
-                    .flavor(flavor)
-                    .filter(|f| j.flavors.contains(f))
-                    .ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
-                let t = j.tenant.ok_or(ApplyError::UnknownJob(*job))?;
-                if j.last_checkpoint.as_ref().is_some_and(|c| c.flavor != f) {
-                    return Err(ApplyError::IncompatibleResume { job: *job });
-                }
-                let need = j.spec.total_gpus();
-                let tenant = &self.tenants[t as usize];
-                let q = tenant
-                    .quota(f)
-                    .ok_or_else(|| ApplyError::BadFlavor(flavor.clone()))?;
-                let new_used = tenant.used(f) + need;
-                let limit = q
-                    .borrowing_limit
-                    .map_or(u64::MAX, |b| q.nominal as u64 + b as u64);
-                let limit = if tenant.cohort.is_none() {
-                    q.nominal as u64
-                } else {
-                    limit
-                };
-                if new_used as u64 > limit {
-                    return Err(ApplyError::QuotaExceeded {
-                        job: *job,
-                        why: format!("tenant would use {new_used} of limit {limit}"),
-                    });
-                }
-                if let Some(c) = tenant.cohort {
-                    let cohort = &self.cohorts[c as usize];
-                    let draw = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, tenant.used(f));
-                    if cohort.used(f) + draw > cohort.capacity(f) {
-                        return Err(ApplyError::QuotaExceeded {
-                            job: *job,
-                            why: format!(
-                                "cohort {} would lend {} of {}",
-                                cohort.name,
-                                cohort.used(f) + draw,
-                                cohort.capacity(f)
-                            ),
-                        });
-                    }
-                }
-                let key = j.queue_key();
-                self.tenants[t as usize].pending.remove(&key);
-                self.wants_preemption.remove(&key);
-                self.drop_hold(*job);
-                self.charge(t, f, new_used);
-                let order = self.next_order;
-                self.next_order += 1;
-                self.set_phase(*job, Phase::Admitted);
-                let j = self.job_mut(*job)?;
-                j.flavor = Some(f);
-                j.borrowed = *borrowed;
-                j.admit_order = order;
-                j.last_reason = None;
-                let pkey = j.placement_key();
-                self.unplaced[f as usize].insert(pkey);
-                *at_mut(&mut self.capacity_version, f as usize) += 1;
-            }
-            Event::JobPending { job, reason, .. } => {
-                let j = self.expect_phase(*job, &[Phase::Queued, Phase::Admitted], ev.kind())?;
-                let key = j.queue_key();
-                let cure = matches!(
-                    reason,
-                    PendingReason::CohortExhausted { .. }
-                        | PendingReason::QuotaExceeded { .. }
-                        | PendingReason::NoDomainFits { .. }
-                );
-                if cure {
-                    self.wants_preemption.insert(key);
-                } else {
-                    self.wants_preemption.remove(&key);
-                }
-                self.job_mut(*job)?.last_reason = Some(reason.clone());
-            }
+            } => self.on_job_admitted(*job, flavor, *borrowed, ev.kind()),
+            Event::JobPending { job, reason, .. } => self.on_job_pending(*job, reason, ev.kind()),
             Event::JobBound {
                 job,
                 assignments,
                 backfill_for,
                 at,
-            } => {
-                let j = self.expect_phase(*job, &[Phase::Admitted], ev.kind())?;
-                self.check_binding(j, assignments, *backfill_for, *at)?;
-                let f = j.flavor.ok_or(ApplyError::UnknownJob(*job))?;
-                let key = j.placement_key();
-                let qkey = j.queue_key();
-                self.unplaced[f as usize].remove(&key);
-                self.wants_preemption.remove(&qkey);
-                for a in assignments {
-                    let free = self.capacity.node_raw_free(a.node);
-                    self.capacity.set_node_free(a.node, free - a.gpus);
-                    self.nodes[a.node.index()].jobs.push(*job);
-                }
-                self.release_reservation(*job);
-                if let Some(owner) = backfill_for {
-                    if let Some(r) = self.reservations.get_mut(owner) {
-                        r.backfill.insert(*job);
-                    }
-                }
-                self.set_phase(*job, Phase::Bound);
-                let j = self.job_mut(*job)?;
-                j.assignments = assignments.clone();
-                j.last_reason = None;
-                j.backfill_for = *backfill_for;
-            }
-            Event::JobStarted { job, at } => {
-                let j = self.expect_phase(*job, &[Phase::Bound], ev.kind())?;
-                if let Some(c) = &j.last_checkpoint {
-                    if j.flavor != Some(c.flavor) {
-                        return Err(ApplyError::IncompatibleResume { job: *job });
-                    }
-                }
-                self.set_phase(*job, Phase::Running);
-                let j = self.job_mut(*job)?;
-                j.started_at = Some(*at);
-                j.first_started_at.get_or_insert(*at);
-                j.starts += 1;
-                self.index_preemptible(*job);
-                self.running_version += 1;
-            }
+            } => self.on_job_bound(*job, assignments, *backfill_for, *at, ev.kind()),
+            Event::JobStarted { job, at } => self.on_job_started(*job, *at, ev.kind()),
             Event::JobFinished {
                 job, outcome, at, ..
-            } => {
-                // From Bound too: a worker that could not start fails the job.
-                let legal: &[Phase] = match outcome {
-                    Outcome::Failed => &[Phase::Bound, Phase::Running, Phase::Preempting],
-                    _ => &[Phase::Running, Phase::Preempting],
-                };
-                self.expect_phase(*job, legal, ev.kind())?;
-                self.release(*job);
-                let to = match outcome {
-                    Outcome::Succeeded => Phase::Succeeded,
-                    Outcome::Failed | Outcome::TimedOut => Phase::Failed,
-                    Outcome::Cancelled => Phase::Cancelled,
-                };
-                self.set_phase(*job, to);
-                self.job_mut(*job)?.ended_at = Some(*at);
-            }
-            Event::JobCancelled { job, at } => {
-                let j = self.expect_phase(
-                    *job,
-                    &[
-                        Phase::Submitted,
-                        Phase::Queued,
-                        Phase::Admitted,
-                        Phase::Bound,
-                        Phase::Running,
-                        Phase::Preempting,
-                    ],
-                    ev.kind(),
-                )?;
-                match j.phase {
-                    Phase::Submitted => {
-                        let order = j.order;
-                        self.awaiting.remove(&(order, *job));
-                    }
-                    Phase::Queued => {
-                        let key = j.queue_key();
-                        if let Some(t) = j.tenant {
-                            let tenant = &mut self.tenants[t as usize];
-                            tenant.pending.remove(&key);
-                            tenant.version += 1;
-                        }
-                    }
-                    _ => self.release(*job),
-                }
-                self.end_cancelled(*job, *at)?;
-            }
+            } => self.on_job_finished(*job, *outcome, *at, ev.kind()),
+            Event::JobCancelled { job, at } => self.on_job_cancelled(*job, *at, ev.kind()),
             Event::JobCancelRequested { job, at } => {
-                let j = self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;
-                if j.cancel_requested.is_some() {
-                    return Err(FieldError::new("job", "cancellation already requested").into());
-                }
-                self.job_mut(*job)?.cancel_requested = Some(*at);
+                self.on_job_cancel_requested(*job, *at, ev.kind())
             }
             Event::JobRequeued {
                 job,
                 lost_gpu_ms,
                 at,
                 ..
-            } => {
-                self.expect_phase(
-                    *job,
-                    &[Phase::Bound, Phase::Running, Phase::Preempting],
-                    ev.kind(),
-                )?;
-                self.requeue(*job, *lost_gpu_ms, *at)?;
-                self.job_mut(*job)?.requeues += 1;
-            }
+            } => self.on_job_requeued(*job, *lost_gpu_ms, *at, ev.kind()),
             Event::JobCheckpointed {
                 job,
                 progress_ms,
                 uri,
                 at,
-            } => {
-                let j = self.expect_phase(*job, &[Phase::Running, Phase::Preempting], ev.kind())?;
-                if *progress_ms < j.resume_progress_ms
-                    || j.last_checkpoint
-                        .as_ref()
-                        .is_some_and(|c| *progress_ms < c.progress_ms)
-                {
-                    return Err(FieldError::new("progress_ms", "must not go back").into());
-                }
-                let flavor = j.flavor.ok_or(ApplyError::UnknownJob(*job))?;
-                let phase = j.phase;
-                self.forget_preemptible(*job);
-                let j = self.job_mut(*job)?;
-                j.last_checkpoint = Some(Checkpoint {
-                    progress_ms: *progress_ms,
-                    uri: uri.clone(),
-                    at: *at,
-                    flavor,
-                });
-                let since_chosen = self
-                    .job(*job)
-                    .and_then(|j| j.chosen_at)
-                    .is_none_or(|c| *at >= c);
-                if phase == Phase::Preempting {
-                    if since_chosen {
-                        self.preempt_ready.insert(*job);
-                    }
-                } else {
-                    self.index_preemptible(*job);
-                }
-            }
+            } => self.on_job_checkpointed(*job, *progress_ms, uri, *at, ev.kind()),
             Event::PreemptionPlanned {
                 beneficiary,
                 victims,
                 reserve,
                 at,
                 cause,
-            } => {
-                let b =
-                    self.expect_phase(*beneficiary, &[Phase::Queued, Phase::Admitted], ev.kind())?;
-                if self.plans.contains_key(beneficiary) {
-                    return Err(ApplyError::BadPreemption {
-                        job: *beneficiary,
-                        why: "a preemption is already in flight for it".into(),
-                    });
-                }
-                let b_flavors = b.flavors.clone();
-                let mut seen = BTreeSet::new();
-                for v in victims {
-                    let vj = self.expect_phase(v.job, &[Phase::Running], ev.kind())?;
-                    if !vj.spec.preemptible {
-                        return Err(ApplyError::BadPreemption {
-                            job: v.job,
-                            why: "not preemptible".into(),
-                        });
-                    }
-                    if v.job == *beneficiary || !seen.insert(v.job) {
-                        return Err(ApplyError::BadPreemption {
-                            job: v.job,
-                            why: "listed twice or is the beneficiary".into(),
-                        });
-                    }
-                }
-                if victims.is_empty() {
-                    return Err(ApplyError::BadPreemption {
-                        job: *beneficiary,
-                        why: "no victims".into(),
-                    });
-                }
-                self.check_reservation(*beneficiary, &b_flavors, reserve)?;
-                for v in victims {
-                    self.forget_preemptible(v.job);
-                    self.set_phase(v.job, Phase::Preempting);
-                    self.preempting.insert((v.deadline, v.job));
-                    let j = self.job_mut(v.job)?;
-                    j.preempt = Some((v.deadline, *beneficiary));
-                    j.chosen_at = Some(*at);
-                }
-                self.plans
-                    .insert(*beneficiary, victims.iter().map(|v| v.job).collect());
-                let queued = self
-                    .jobs
-                    .get(beneficiary)
-                    .is_some_and(|j| j.phase == Phase::Queued);
-                if let (PreemptionCause::Reclaim { flavor, .. }, true) = (cause, queued) {
-                    let c = self
-                        .jobs
-                        .get(beneficiary)
-                        .and_then(|j| j.tenant)
-                        .and_then(|t| self.tenants[t as usize].cohort);
-                    if let (Some(c), Some(f)) = (c, self.flavor(flavor)) {
-                        self.reclaim_holds.insert(*beneficiary, (c, f));
-                    }
-                }
-                if !reserve.is_empty() {
-                    self.reserve(*beneficiary, reserve.clone(), None, *at, true);
-                }
-            }
+            } => self.on_preemption_planned(*beneficiary, victims, reserve, *at, cause, ev.kind()),
             Event::JobPreempted {
                 job,
                 lost_gpu_ms,
                 resume_from,
                 at,
-            } => {
-                let j = self.expect_phase(*job, &[Phase::Preempting], ev.kind())?;
-                if *resume_from != j.resume_from() {
-                    return Err(ApplyError::IncompatibleResume { job: *job });
-                }
-                self.requeue(*job, *lost_gpu_ms, *at)?;
-                let j = self.job_mut(*job)?;
-                j.preempted_at = Some(*at);
-                j.preemptions += 1;
-            }
+            } => self.on_job_preempted(*job, *lost_gpu_ms, resume_from, *at, ev.kind()),
             Event::ReservationMade {
                 job,
                 assignments,
                 start,
                 at,
-            } => {
-                let j = self.expect_phase(*job, &[Phase::Admitted], ev.kind())?;
-                let flavors = j.flavor.into_iter().collect::<Vec<_>>();
-                if assignments.is_empty() {
-                    return Err(FieldError::new("assignments", "must not be empty").into());
-                }
-                self.check_reservation(*job, &flavors, assignments)?;
-                self.reserve(*job, assignments.clone(), *start, *at, false);
+            } => self.on_reservation_made(*job, assignments, *start, *at, ev.kind()),
+            Event::NodeRejoined { node, .. } => self.on_node_rejoined(*node, ev.kind()),
+        }
+    }
+
+    /// Checks no node exists yet and the level names are valid; sets the
+    /// topology levels and a fresh capacity index.
+    fn on_topology_configured(&mut self, levels: &[String]) -> Result<(), ApplyError> {
+        if !self.nodes.is_empty() {
+            return Err(ApplyError::TopologyFixed);
+        }
+        let mut seen = BTreeSet::new();
+        for l in levels {
+            if l.trim().is_empty() || l == LEVEL_ANY || l == LEVEL_NODE || !seen.insert(l) {
+                return Err(FieldError::new(
+                    "levels",
+                    "names must be unique, non-empty, and not 'any' or 'node'",
+                )
+                .into());
             }
         }
+        self.levels = levels.to_vec();
+        self.capacity = CapacityIndex::new(levels.len());
+        Ok(())
+    }
+
+    /// Checks the spec's fields; creates or replaces the tenant, its quotas
+    /// and flavor order, and moves it into its cohort.
+    fn on_tenant_configured(&mut self, spec: &TenantSpec) -> Result<(), ApplyError> {
+        spec.check_fields()?;
+        let t = match self.tenant_by_name.get(&spec.name) {
+            Some(&t) => t,
+            None => {
+                let t = self.tenants.len() as TenantIdx;
+                self.tenants.push(Tenant {
+                    spec: spec.clone(),
+                    cohort: None,
+                    quotas: Vec::new(),
+                    flavor_order: Vec::new(),
+                    usage: Vec::new(),
+                    pending: BTreeSet::new(),
+                    version: 0,
+                });
+                self.tenant_by_name.insert(spec.name.clone(), t);
+                t
+            }
+        };
+        self.detach_tenant(t);
+        let mut quotas = Vec::new();
+        let mut order = Vec::new();
+        for q in &spec.quotas {
+            let f = self.intern_flavor(&q.flavor);
+            *at_mut(&mut quotas, f as usize) = Some(Quota {
+                nominal: q.nominal,
+                borrowing_limit: q.borrowing_limit,
+                lendable: q.lendable(),
+            });
+            order.push(f);
+        }
+        let tenant = &mut self.tenants[t as usize];
+        tenant.spec = spec.clone();
+        tenant.quotas = quotas;
+        tenant.flavor_order = order;
+        tenant.version += 1;
+        if let Some(c) = &spec.cohort {
+            self.attach_tenant(t, c);
+        }
+        Ok(())
+    }
+
+    /// Checks the spec, that the id is the next one and the name is new;
+    /// adds the node to the node table and the capacity index.
+    fn on_node_added(&mut self, node: NodeId, spec: &NodeSpec) -> Result<(), ApplyError> {
+        spec.check_fields(self.levels.len())?;
+        if node.index() != self.nodes.len() {
+            return Err(FieldError::new("node", "must be the next node id").into());
+        }
+        if self.node_by_name.contains_key(&spec.name) {
+            return Err(FieldError::new("name", "node name already registered").into());
+        }
+        let f = self.intern_flavor(&spec.flavor);
+        self.capacity.add_node(node, f, spec.gpus, &spec.path);
+        self.nodes.push(Node {
+            spec: spec.clone(),
+            flavor: f,
+            status: NodeStatus::Ready,
+            jobs: Vec::new(),
+            reserved_for: None,
+        });
+        self.node_by_name.insert(spec.name.clone(), node);
+        *at_mut(&mut self.capacity_version, f as usize) += 1;
+        Ok(())
+    }
+
+    /// Checks the node may be cordoned or drained (`to`) from its status;
+    /// sets it, and releases any reservation held on the node.
+    fn on_node_cordoned_or_drained(
+        &mut self,
+        node: NodeId,
+        to: NodeStatus,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let n = self.node_checked(node)?;
+        let legal = match to {
+            NodeStatus::Cordoned => n.status == NodeStatus::Ready,
+            _ => matches!(n.status, NodeStatus::Ready | NodeStatus::Cordoned),
+        };
+        if !legal {
+            return Err(ApplyError::IllegalNodeTransition {
+                node,
+                from: n.status,
+                event: kind,
+            });
+        }
+        self.nodes[node.index()].status = to;
+        self.refresh_schedulable(node);
+        // A reservation cannot start on a node taken out of service.
+        if let Some(owner) = self.nodes[node.index()].reserved_for {
+            self.release_reservation(owner);
+        }
+        Ok(())
+    }
+
+    /// Checks the node is cordoned or drained; makes it ready again.
+    fn on_node_uncordoned(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
+        let n = self.node_checked(node)?;
+        if !matches!(n.status, NodeStatus::Cordoned | NodeStatus::Drained) {
+            return Err(ApplyError::IllegalNodeTransition {
+                node,
+                from: n.status,
+                event: kind,
+            });
+        }
+        let f = n.flavor;
+        self.nodes[node.index()].status = NodeStatus::Ready;
+        self.refresh_schedulable(node);
+        *at_mut(&mut self.capacity_version, f as usize) += 1;
+        Ok(())
+    }
+
+    /// Checks the node is not already lost; marks it lost, takes it out of
+    /// the capacity index, orphans its jobs and releases its reservation.
+    fn on_node_lost(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
+        let n = self.node_checked(node)?;
+        if n.status == NodeStatus::Lost {
+            return Err(ApplyError::IllegalNodeTransition {
+                node,
+                from: n.status,
+                event: kind,
+            });
+        }
+        self.capacity.remove_node(node);
+        let n = &mut self.nodes[node.index()];
+        n.status = NodeStatus::Lost;
+        let reserved = n.reserved_for;
+        for j in n.jobs.clone() {
+            self.orphaned.insert(j);
+        }
+        if let Some(owner) = reserved {
+            self.release_reservation(owner);
+        }
+        Ok(())
+    }
+
+    /// Checks the job id is new; records the job as submitted, awaiting
+    /// validation.
+    fn on_job_submitted(
+        &mut self,
+        job: JobId,
+        spec: &JobSpec,
+        at: Timestamp,
+    ) -> Result<(), ApplyError> {
+        if self.jobs.contains_key(&job) {
+            return Err(ApplyError::DuplicateJob(job));
+        }
+        let order = self.next_order;
+        self.next_order += 1;
+        self.jobs.insert(
+            job,
+            Job {
+                id: job,
+                spec: spec.clone(),
+                phase: Phase::Submitted,
+                tenant: None,
+                level: 0,
+                flavors: Vec::new(),
+                order,
+                submitted_at: at,
+                flavor: None,
+                borrowed: 0,
+                admit_order: 0,
+                assignments: Vec::new(),
+                started_at: None,
+                first_started_at: None,
+                ended_at: None,
+                starts: 0,
+                requeues: 0,
+                lost_gpu_ms: 0,
+                last_reason: None,
+                rejection: None,
+                last_checkpoint: None,
+                resume_progress_ms: 0,
+                preempted_at: None,
+                preemptions: 0,
+                preempt: None,
+                chosen_at: None,
+                backfill_for: None,
+                cancel_requested: None,
+            },
+        );
+        self.counts.mv(None, Phase::Submitted);
+        self.awaiting.insert((order, job));
+        Ok(())
+    }
+
+    /// Checks the job is submitted with a valid spec, known tenant, level and
+    /// flavors; queues it in its tenant's queue.
+    fn on_job_accepted(&mut self, job: JobId, kind: &'static str) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Submitted], kind)?;
+        j.spec.check_fields()?;
+        let t = self
+            .tenant_idx(&j.spec.tenant)
+            .ok_or_else(|| ApplyError::UnknownTenant(j.spec.tenant.clone()))?;
+        let level = self
+            .level_number(&j.spec.topology)
+            .ok_or_else(|| FieldError::new("topology", "unknown level"))?;
+        let tenant = &self.tenants[t as usize];
+        let flavors = if j.spec.flavors.is_empty() {
+            tenant.flavor_order.clone()
+        } else {
+            let mut v = Vec::with_capacity(j.spec.flavors.len());
+            for name in &j.spec.flavors {
+                match self.flavor(name) {
+                    Some(f) if tenant.quota(f).is_some() => v.push(f),
+                    _ => return Err(ApplyError::BadFlavor(name.clone())),
+                }
+            }
+            v
+        };
+        let order = j.order;
+        self.awaiting.remove(&(order, job));
+        self.set_phase(job, Phase::Queued);
+        let j = self.job_mut(job)?;
+        j.tenant = Some(t);
+        j.level = level;
+        j.flavors = flavors;
+        let key = j.queue_key();
+        let tenant = &mut self.tenants[t as usize];
+        tenant.pending.insert(key);
+        tenant.version += 1;
+        Ok(())
+    }
+
+    /// Checks the job is submitted; marks it rejected with the reason.
+    fn on_job_rejected(
+        &mut self,
+        job: JobId,
+        reason: &RejectReason,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Submitted], kind)?;
+        let order = j.order;
+        self.awaiting.remove(&(order, job));
+        self.set_phase(job, Phase::Rejected);
+        self.job_mut(job)?.rejection = Some(reason.clone());
+        Ok(())
+    }
+
+    /// Checks the admission (`check_job_admitted`); charges the quota and
+    /// moves the job from its tenant's queue to the placement queue.
+    fn on_job_admitted(
+        &mut self,
+        job: JobId,
+        flavor: &str,
+        borrowed: Gpus,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let (f, t, new_used, key) = self.check_job_admitted(job, flavor, kind)?;
+        self.tenants[t as usize].pending.remove(&key);
+        self.wants_preemption.remove(&key);
+        self.drop_hold(job);
+        self.charge(t, f, new_used);
+        let order = self.next_order;
+        self.next_order += 1;
+        self.set_phase(job, Phase::Admitted);
+        let j = self.job_mut(job)?;
+        j.flavor = Some(f);
+        j.borrowed = borrowed;
+        j.admit_order = order;
+        j.last_reason = None;
+        let pkey = j.placement_key();
+        self.unplaced[f as usize].insert(pkey);
+        *at_mut(&mut self.capacity_version, f as usize) += 1;
+        Ok(())
+    }
+
+    /// Checks, changing nothing, that a queued job may be admitted in this
+    /// flavor within its tenant's limit and its cohort's pool; returns the
+    /// flavor, tenant, the tenant's new usage and the job's queue key.
+    fn check_job_admitted(
+        &self,
+        job: JobId,
+        flavor: &str,
+        kind: &'static str,
+    ) -> Result<(FlavorIdx, TenantIdx, Gpus, QueueKey), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Queued], kind)?;
+        let f = self
+            .flavor(flavor)
+            .filter(|f| j.flavors.contains(f))
+            .ok_or_else(|| ApplyError::BadFlavor(flavor.to_string()))?;
+        let t = j.tenant.ok_or(ApplyError::UnknownJob(job))?;
+        if j.last_checkpoint.as_ref().is_some_and(|c| c.flavor != f) {
+            return Err(ApplyError::IncompatibleResume { job });
+        }
+        let need = j.spec.total_gpus();
+        let tenant = &self.tenants[t as usize];
+        let q = tenant
+            .quota(f)
+            .ok_or_else(|| ApplyError::BadFlavor(flavor.to_string()))?;
+        let new_used = tenant.used(f) + need;
+        let limit = q
+            .borrowing_limit
+            .map_or(u64::MAX, |b| q.nominal as u64 + b as u64);
+        let limit = if tenant.cohort.is_none() {
+            q.nominal as u64
+        } else {
+            limit
+        };
+        if new_used as u64 > limit {
+            return Err(ApplyError::QuotaExceeded {
+                job,
+                why: format!("tenant would use {new_used} of limit {limit}"),
+            });
+        }
+        if let Some(c) = tenant.cohort {
+            let cohort = &self.cohorts[c as usize];
+            let draw = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, tenant.used(f));
+            if cohort.used(f) + draw > cohort.capacity(f) {
+                return Err(ApplyError::QuotaExceeded {
+                    job,
+                    why: format!(
+                        "cohort {} would lend {} of {}",
+                        cohort.name,
+                        cohort.used(f) + draw,
+                        cohort.capacity(f)
+                    ),
+                });
+            }
+        }
+        let key = j.queue_key();
+        Ok((f, t, new_used, key))
+    }
+
+    /// Checks the job is queued or admitted; records why it waits and whether
+    /// preemption could cure that.
+    fn on_job_pending(
+        &mut self,
+        job: JobId,
+        reason: &PendingReason,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Queued, Phase::Admitted], kind)?;
+        let key = j.queue_key();
+        let cure = matches!(
+            reason,
+            PendingReason::CohortExhausted { .. }
+                | PendingReason::QuotaExceeded { .. }
+                | PendingReason::NoDomainFits { .. }
+        );
+        if cure {
+            self.wants_preemption.insert(key);
+        } else {
+            self.wants_preemption.remove(&key);
+        }
+        self.job_mut(job)?.last_reason = Some(reason.clone());
+        Ok(())
+    }
+
+    /// Checks the job is admitted and the binding is valid; allocates its
+    /// GPUs on the nodes and drops its own reservation.
+    fn on_job_bound(
+        &mut self,
+        job: JobId,
+        assignments: &[Assignment],
+        backfill_for: Option<JobId>,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Admitted], kind)?;
+        self.check_binding(j, assignments, backfill_for, at)?;
+        let f = j.flavor.ok_or(ApplyError::UnknownJob(job))?;
+        let key = j.placement_key();
+        let qkey = j.queue_key();
+        self.unplaced[f as usize].remove(&key);
+        self.wants_preemption.remove(&qkey);
+        for a in assignments {
+            let free = self.capacity.node_raw_free(a.node);
+            self.capacity.set_node_free(a.node, free - a.gpus);
+            self.nodes[a.node.index()].jobs.push(job);
+        }
+        self.release_reservation(job);
+        if let Some(owner) = backfill_for {
+            if let Some(r) = self.reservations.get_mut(&owner) {
+                r.backfill.insert(job);
+            }
+        }
+        self.set_phase(job, Phase::Bound);
+        let j = self.job_mut(job)?;
+        j.assignments = assignments.to_vec();
+        j.last_reason = None;
+        j.backfill_for = backfill_for;
+        Ok(())
+    }
+
+    /// Checks the job is bound on its checkpoint's flavor; marks it running
+    /// and indexes it as a possible victim.
+    fn on_job_started(
+        &mut self,
+        job: JobId,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Bound], kind)?;
+        if let Some(c) = &j.last_checkpoint {
+            if j.flavor != Some(c.flavor) {
+                return Err(ApplyError::IncompatibleResume { job });
+            }
+        }
+        self.set_phase(job, Phase::Running);
+        let j = self.job_mut(job)?;
+        j.started_at = Some(at);
+        j.first_started_at.get_or_insert(at);
+        j.starts += 1;
+        self.index_preemptible(job);
+        self.running_version += 1;
+        Ok(())
+    }
+
+    /// Checks the job may end with this outcome from its phase; frees what
+    /// it holds and moves it to the matching terminal phase.
+    fn on_job_finished(
+        &mut self,
+        job: JobId,
+        outcome: Outcome,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        // From Bound too: a worker that could not start fails the job.
+        let legal: &[Phase] = match outcome {
+            Outcome::Failed => &[Phase::Bound, Phase::Running, Phase::Preempting],
+            _ => &[Phase::Running, Phase::Preempting],
+        };
+        self.expect_phase(job, legal, kind)?;
+        self.release(job);
+        let to = match outcome {
+            Outcome::Succeeded => Phase::Succeeded,
+            Outcome::Failed | Outcome::TimedOut => Phase::Failed,
+            Outcome::Cancelled => Phase::Cancelled,
+        };
+        self.set_phase(job, to);
+        self.job_mut(job)?.ended_at = Some(at);
+        Ok(())
+    }
+
+    /// Checks the job has not ended; takes it out of wherever it waits or
+    /// frees what it holds, and ends it as cancelled.
+    fn on_job_cancelled(
+        &mut self,
+        job: JobId,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(
+            job,
+            &[
+                Phase::Submitted,
+                Phase::Queued,
+                Phase::Admitted,
+                Phase::Bound,
+                Phase::Running,
+                Phase::Preempting,
+            ],
+            kind,
+        )?;
+        match j.phase {
+            Phase::Submitted => {
+                let order = j.order;
+                self.awaiting.remove(&(order, job));
+            }
+            Phase::Queued => {
+                let key = j.queue_key();
+                if let Some(t) = j.tenant {
+                    let tenant = &mut self.tenants[t as usize];
+                    tenant.pending.remove(&key);
+                    tenant.version += 1;
+                }
+            }
+            _ => self.release(job),
+        }
+        self.end_cancelled(job, at)?;
+        Ok(())
+    }
+
+    /// Checks the job runs and no cancellation was requested yet; records
+    /// the request (it keeps its GPUs until it finishes).
+    fn on_job_cancel_requested(
+        &mut self,
+        job: JobId,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Running, Phase::Preempting], kind)?;
+        if j.cancel_requested.is_some() {
+            return Err(FieldError::new("job", "cancellation already requested").into());
+        }
+        self.job_mut(job)?.cancel_requested = Some(at);
+        Ok(())
+    }
+
+    /// Checks the job holds GPUs; frees them and requeues it (or ends it
+    /// when its cancellation was requested), counting the requeue.
+    fn on_job_requeued(
+        &mut self,
+        job: JobId,
+        lost_gpu_ms: u64,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        self.expect_phase(
+            job,
+            &[Phase::Bound, Phase::Running, Phase::Preempting],
+            kind,
+        )?;
+        self.requeue(job, lost_gpu_ms, at)?;
+        self.job_mut(job)?.requeues += 1;
+        Ok(())
+    }
+
+    /// Checks the checkpoint (`check_job_checkpointed`); records it, and
+    /// either marks a victim ready to stop or re-indexes a running job.
+    fn on_job_checkpointed(
+        &mut self,
+        job: JobId,
+        progress_ms: u64,
+        uri: &str,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let (flavor, phase) = self.check_job_checkpointed(job, progress_ms, kind)?;
+        self.forget_preemptible(job);
+        let j = self.job_mut(job)?;
+        j.last_checkpoint = Some(Checkpoint {
+            progress_ms,
+            uri: uri.to_string(),
+            at,
+            flavor,
+        });
+        let since_chosen = self
+            .job(job)
+            .and_then(|j| j.chosen_at)
+            .is_none_or(|c| at >= c);
+        if phase == Phase::Preempting {
+            if since_chosen {
+                self.preempt_ready.insert(job);
+            }
+        } else {
+            self.index_preemptible(job);
+        }
+        Ok(())
+    }
+
+    /// Checks, changing nothing, that the job runs and its progress does not
+    /// go back; returns its flavor and phase.
+    fn check_job_checkpointed(
+        &self,
+        job: JobId,
+        progress_ms: u64,
+        kind: &'static str,
+    ) -> Result<(FlavorIdx, Phase), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Running, Phase::Preempting], kind)?;
+        if progress_ms < j.resume_progress_ms
+            || j.last_checkpoint
+                .as_ref()
+                .is_some_and(|c| progress_ms < c.progress_ms)
+        {
+            return Err(FieldError::new("progress_ms", "must not go back").into());
+        }
+        let flavor = j.flavor.ok_or(ApplyError::UnknownJob(job))?;
+        let phase = j.phase;
+        Ok((flavor, phase))
+    }
+
+    /// Checks the plan (`check_preemption_planned`); marks the victims
+    /// preempting, records the plan, and holds the reclaim or the reserve.
+    fn on_preemption_planned(
+        &mut self,
+        beneficiary: JobId,
+        victims: &[Victim],
+        reserve: &[Assignment],
+        at: Timestamp,
+        cause: &PreemptionCause,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        self.check_preemption_planned(beneficiary, victims, reserve, kind)?;
+        for v in victims {
+            self.forget_preemptible(v.job);
+            self.set_phase(v.job, Phase::Preempting);
+            self.preempting.insert((v.deadline, v.job));
+            let j = self.job_mut(v.job)?;
+            j.preempt = Some((v.deadline, beneficiary));
+            j.chosen_at = Some(at);
+        }
+        self.plans
+            .insert(beneficiary, victims.iter().map(|v| v.job).collect());
+        let queued = self
+            .jobs
+            .get(&beneficiary)
+            .is_some_and(|j| j.phase == Phase::Queued);
+        if let (PreemptionCause::Reclaim { flavor, .. }, true) = (cause, queued) {
+            let c = self
+                .jobs
+                .get(&beneficiary)
+                .and_then(|j| j.tenant)
+                .and_then(|t| self.tenants[t as usize].cohort);
+            if let (Some(c), Some(f)) = (c, self.flavor(flavor)) {
+                self.reclaim_holds.insert(beneficiary, (c, f));
+            }
+        }
+        if !reserve.is_empty() {
+            self.reserve(beneficiary, reserve.to_vec(), None, at, true);
+        }
+        Ok(())
+    }
+
+    /// Checks, changing nothing, that the beneficiary waits with no plan in
+    /// flight, the victims are distinct running preemptible jobs, and the
+    /// reserve is valid.
+    fn check_preemption_planned(
+        &self,
+        beneficiary: JobId,
+        victims: &[Victim],
+        reserve: &[Assignment],
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let b = self.expect_phase(beneficiary, &[Phase::Queued, Phase::Admitted], kind)?;
+        if self.plans.contains_key(&beneficiary) {
+            return Err(ApplyError::BadPreemption {
+                job: beneficiary,
+                why: "a preemption is already in flight for it".into(),
+            });
+        }
+        let b_flavors = b.flavors.clone();
+        let mut seen = BTreeSet::new();
+        for v in victims {
+            let vj = self.expect_phase(v.job, &[Phase::Running], kind)?;
+            if !vj.spec.preemptible {
+                return Err(ApplyError::BadPreemption {
+                    job: v.job,
+                    why: "not preemptible".into(),
+                });
+            }
+            if v.job == beneficiary || !seen.insert(v.job) {
+                return Err(ApplyError::BadPreemption {
+                    job: v.job,
+                    why: "listed twice or is the beneficiary".into(),
+                });
+            }
+        }
+        if victims.is_empty() {
+            return Err(ApplyError::BadPreemption {
+                job: beneficiary,
+                why: "no victims".into(),
+            });
+        }
+        self.check_reservation(beneficiary, &b_flavors, reserve)?;
+        Ok(())
+    }
+
+    /// Checks the victim is preempting and resumes from its last complete
+    /// checkpoint; requeues it and counts the preemption.
+    fn on_job_preempted(
+        &mut self,
+        job: JobId,
+        lost_gpu_ms: u64,
+        resume_from: &Option<CheckpointRef>,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Preempting], kind)?;
+        if *resume_from != j.resume_from() {
+            return Err(ApplyError::IncompatibleResume { job });
+        }
+        self.requeue(job, lost_gpu_ms, at)?;
+        let j = self.job_mut(job)?;
+        j.preempted_at = Some(at);
+        j.preemptions += 1;
+        Ok(())
+    }
+
+    /// Checks the job is admitted and may hold these nodes; reserves them
+    /// for it.
+    fn on_reservation_made(
+        &mut self,
+        job: JobId,
+        assignments: &[Assignment],
+        start: Option<Timestamp>,
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let j = self.expect_phase(job, &[Phase::Admitted], kind)?;
+        let flavors = j.flavor.into_iter().collect::<Vec<_>>();
+        if assignments.is_empty() {
+            return Err(FieldError::new("assignments", "must not be empty").into());
+        }
+        self.check_reservation(job, &flavors, assignments)?;
+        self.reserve(job, assignments.to_vec(), start, at, false);
+        Ok(())
+    }
+
+    /// Checks the node is lost and empty; makes it ready again, back in the
+    /// capacity index.
+    fn on_node_rejoined(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
+        let n = self.node_checked(node)?;
+        // Back only once it is lost and every job it held has been
+        // requeued: it returns empty.
+        if n.status != NodeStatus::Lost || !n.jobs.is_empty() {
+            return Err(ApplyError::IllegalNodeTransition {
+                node,
+                from: n.status,
+                event: kind,
+            });
+        }
+        let f = n.flavor;
+        self.capacity.restore_node(node);
+        self.nodes[node.index()].status = NodeStatus::Ready;
+        self.refresh_schedulable(node);
+        *at_mut(&mut self.capacity_version, f as usize) += 1;
         Ok(())
     }
 
