@@ -13,6 +13,7 @@ mod chaos;
 mod drive;
 mod infra;
 mod metrics;
+mod outcome;
 mod report;
 mod scenario;
 mod stack;

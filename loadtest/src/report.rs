@@ -18,7 +18,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::metrics::{LogFacts, Percentiles};
-use crate::scenario::{Outcome, Plan, ReclaimOutcome, RestartOutcome};
+use crate::outcome::{Outcome, Plan, ReclaimOutcome, RestartOutcome};
 use crate::stack::{read_stats, Stack};
 use crate::{Args, Scenario};
 

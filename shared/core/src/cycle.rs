@@ -1,120 +1,18 @@
 //! One scheduling cycle: recovery, admission, quota, placement, in order.
 //!
-//! Owns: the cycle's limits (`CycleConfig`), what it scanned (`CycleStats`)
-//! and the scan memo that lets a cycle skip tenants and flavors nothing has
-//! changed for. `run_cycle` applies each stage's decisions before the next
+//! Owns: the order of the stages. Its limits, stats and scan memo are in
+//! `limits`. `run_cycle` applies each stage's decisions before the next
 //! stage decides, as the services do through the log; the simulator and the
 //! embedded mode call it directly.
 //!
 //! Must never: read a clock or scan a whole queue. Elapsed time is measured
 //! by the caller.
 
-use crate::capacity::FlavorIdx;
-use crate::preemption::PreemptionConfig;
-use crate::state::{ApplyError, State, TenantIdx};
+use crate::limits::{CycleConfig, CycleStats, ScanMemo};
+use crate::state::{ApplyError, State};
 use crate::{admission, placement, preemption, quota, recovery};
 use gpusched_events::Event;
-use gpusched_model::JobId;
 use gpusched_model::Timestamp;
-use rustc_hash::FxHashMap;
-
-/// Limits of one cycle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CycleConfig {
-    /// R: blocked jobs that hold a reservation at once (0: no reservations
-    /// and no backfill).
-    pub reservations: usize,
-    /// Domains probed when planning one reservation.
-    pub reservation_domains: usize,
-    /// Victim choice limits and costs.
-    pub preemption: PreemptionConfig,
-    /// K: queue heads the quota stage examines, and admitted jobs the
-    /// placement stage examines, per cycle.
-    pub max_heads: usize,
-    /// How deep a best-effort queue (or one flavor's placement queue) is
-    /// searched in one cycle.
-    pub max_heads_per_tenant: usize,
-    /// Submissions validated per cycle.
-    pub max_validations: usize,
-    /// A best-effort queue stops letting jobs pass a head blocked for quota
-    /// once that head has waited this long since submission, so small jobs
-    /// cannot starve it (0: never), ms.
-    pub starvation_ms: u64,
-}
-
-impl Default for CycleConfig {
-    fn default() -> Self {
-        CycleConfig {
-            reservations: 4,
-            reservation_domains: 16,
-            preemption: PreemptionConfig::default(),
-            max_heads: 256,
-            max_heads_per_tenant: 64,
-            max_validations: 4096,
-            starvation_ms: 3_600_000,
-        }
-    }
-}
-
-/// What a cycle scanned and decided.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CycleStats {
-    /// Submissions validated.
-    pub validated: u64,
-    /// Queue heads examined by the quota stage.
-    pub quota_heads: u64,
-    /// Admitted jobs examined by the placement stage.
-    pub placement_heads: u64,
-    /// Topology domains probed.
-    pub domains_probed: u64,
-    /// Tenants skipped as unchanged since blocked.
-    pub tenants_skipped: u64,
-    /// Jobs admitted.
-    pub admitted: u64,
-    /// Jobs bound.
-    pub bound: u64,
-    /// Jobs requeued from lost nodes.
-    pub requeued: u64,
-    /// Decision events emitted.
-    pub decisions: u64,
-    /// Preemption: beneficiaries examined.
-    pub beneficiaries: u64,
-    /// Preemption: most victim sets costed for one beneficiary.
-    pub victim_sets_costed: u64,
-    /// Preemption: candidate victims looked at.
-    pub victim_candidates: u64,
-    /// Preemptions planned.
-    pub preemptions_planned: u64,
-    /// Victims stopped.
-    pub preempted: u64,
-    /// Reservations made or re-planned.
-    pub reservations_made: u64,
-    /// Jobs backfilled onto reserved nodes.
-    pub backfilled: u64,
-}
-
-impl CycleStats {
-    /// Heads examined in both stages.
-    pub fn heads_examined(&self) -> u64 {
-        self.quota_heads + self.placement_heads
-    }
-}
-
-/// What earlier cycles found blocked, valid while the stamps hold. A pure
-/// cache: dropping it changes how much a cycle rescans, never what may be
-/// decided about a job it looks at.
-#[derive(Clone, Debug, Default)]
-pub struct ScanMemo {
-    /// Tenant → (tenant version, cohort version) when its queue was blocked.
-    pub tenant_blocked: FxHashMap<TenantIdx, (u64, u64)>,
-    /// Flavor → (capacity version, reservations held) when nothing more
-    /// could be placed: a reservation released anywhere frees a slot of
-    /// the shared reservation budget.
-    pub flavor_blocked: FxHashMap<FlavorIdx, (u64, usize)>,
-    /// Beneficiary → what its search depended on when no victim set could
-    /// be found.
-    pub preempt_failed: FxHashMap<JobId, preemption::SearchStamp>,
-}
 
 /// The events a cycle decided, in the order applied, and its stats.
 #[derive(Clone, Debug, Default)]

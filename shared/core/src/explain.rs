@@ -30,8 +30,7 @@ pub use log_line::{log_line, nodes_touched, tenant_touched};
 pub use relief::{relief, Relief};
 
 use crate::capacity::CapacityOverlay;
-use crate::cycle::CycleConfig;
-use crate::preemption::PreemptionConfig;
+use crate::limits::{CycleConfig, PreemptionConfig};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
 use gpusched_events::{Assignment, Event, Outcome, PendingReason, PreemptionCause, RequeueReason};

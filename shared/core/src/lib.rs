@@ -3,9 +3,14 @@
 //! Owns: the scheduler `State` and `State::apply`, the capacity index, and
 //! the decisions of each stage as pure functions of the state:
 //! `admission` (validate submissions), `quota` (admit in fair-share order),
-//! `placement` (bind gangs inside one topology domain) and `recovery`
-//! (requeue jobs from lost nodes). `cycle` runs them in order for the
-//! simulator and the embedded mode.
+//! `placement` (bind gangs inside one topology domain), `preemption`
+//! (checkpoint-aware victim choice and eviction) and `recovery` (requeue
+//! jobs from lost nodes). `cycle` runs them in order for the simulator and
+//! the embedded mode; `limits` holds what bounds a cycle and what it
+//! remembers for the next (every stage reads it, none imports another).
+//! Beside them: `explain` (answers for users, from the state and the log),
+//! `snapshot` (the state's versioned binary encoding) and `tally` (counts
+//! over a log for reports).
 //!
 //! Must never: perform I/O, read a clock, use randomness, or iterate a hash
 //! map where order affects a decision. Time and limits are passed in; the
@@ -15,6 +20,7 @@ pub mod admission;
 pub mod capacity;
 pub mod cycle;
 pub mod explain;
+pub mod limits;
 pub mod placement;
 pub mod preemption;
 pub mod quota;
@@ -24,7 +30,8 @@ pub mod state;
 pub mod tally;
 
 pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
-pub use cycle::{run_cycle, run_cycle_timed, CycleConfig, CycleStats, ScanMemo, Stage, StageClock};
-pub use preemption::{PreemptionConfig, VictimOrder};
+pub use cycle::{run_cycle, run_cycle_timed, Stage, StageClock};
+pub use limits::{CycleConfig, CycleStats, ScanMemo};
+pub use limits::{PreemptionConfig, VictimOrder};
 pub use state::{worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};
 pub use tally::LogTally;

@@ -16,7 +16,7 @@
 //! version changes (GPUs freed, nodes added, new jobs admitted).
 
 use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
-use crate::cycle::{CycleConfig, ScanMemo};
+use crate::limits::{CycleConfig, ScanMemo};
 use crate::state::{Job, Phase, QueueKey, Reservation, State};
 use gpusched_events::{Assignment, Event, PendingReason};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};

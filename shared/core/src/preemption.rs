@@ -26,70 +26,13 @@
 //! beneficiary once the victims' GPUs are released).
 
 use crate::capacity::{pack_in_order, DomainIdx, FlavorIdx};
-use crate::cycle::{CycleConfig, ScanMemo};
+use crate::limits::{CycleConfig, ScanMemo};
+use crate::limits::{SearchStamp, VictimOrder};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
 use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
-
-/// How victims are ordered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum VictimOrder {
-    /// Least cost (work lost since the last complete checkpoint) first.
-    #[default]
-    Checkpoint,
-    /// Kueue's documented order: lower priority first, then most recently
-    /// admitted first; remove greedily until it fits, then add back.
-    Kueue,
-}
-
-/// Limits and costs of preemption.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PreemptionConfig {
-    /// Grace a victim gets before it is stopped, ms.
-    pub grace_ms: u64,
-    /// A checkpointable victim whose checkpoint takes at most this long gets
-    /// the time to complete one (its checkpoint duration + 5 s), ms.
-    pub max_checkpoint_grace_ms: u64,
-    /// Cost of restarting, per GPU, ms.
-    pub restart_cost_ms: u64,
-    /// A victim preempted within this window costs `thrash_penalty_ms` more per GPU.
-    pub thrash_window_ms: u64,
-    /// Extra cost per GPU of preempting a recently preempted job, ms.
-    pub thrash_penalty_ms: u64,
-    /// A job runs at least this long before it may be preempted, ms.
-    pub min_runtime_ms: u64,
-    /// W: a victim whose next checkpoint completes within this window may
-    /// be stopped right after it instead of now, when that costs less.
-    pub wait_window_ms: u64,
-    /// M: victim sets costed per beneficiary.
-    pub max_sets: usize,
-    /// Candidate victims looked at per beneficiary.
-    pub max_candidates: usize,
-    /// Beneficiaries examined per cycle.
-    pub max_beneficiaries: usize,
-    /// Victim ordering.
-    pub order: VictimOrder,
-}
-
-impl Default for PreemptionConfig {
-    fn default() -> Self {
-        PreemptionConfig {
-            grace_ms: 30_000,
-            max_checkpoint_grace_ms: 300_000,
-            restart_cost_ms: 60_000,
-            thrash_window_ms: 3_600_000,
-            thrash_penalty_ms: 600_000,
-            min_runtime_ms: 60_000,
-            wait_window_ms: 30_000,
-            max_sets: 16,
-            max_candidates: 512,
-            max_beneficiaries: 8,
-            order: VictimOrder::Checkpoint,
-        }
-    }
-}
 
 /// What a preemption pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -208,21 +151,6 @@ fn costed(cfg: &CycleConfig, job: &Job, now: Timestamp) -> Cand {
         }
     }
     cand
-}
-
-/// What a failed victim search depended on: while none of it changes,
-/// the search would fail again. Running jobs (new candidates), the
-/// flavor's capacity and the cohort's and tenant's releases (more room or
-/// quota), and what the beneficiary needs (its quota deficit and flavor
-/// change when it is admitted or others' usage moves).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SearchStamp {
-    running: u64,
-    capacity: u64,
-    cohort: u64,
-    tenant: u64,
-    flavor: FlavorIdx,
-    quota: Gpus,
 }
 
 impl SearchStamp {

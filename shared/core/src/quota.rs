@@ -15,7 +15,7 @@
 //! nothing admissible is skipped until its queue or cohort changes.
 
 use crate::capacity::{CapacityOverlay, FlavorIdx};
-use crate::cycle::{CycleConfig, ScanMemo};
+use crate::limits::{CycleConfig, ScanMemo};
 use crate::state::{CohortIdx, Job, QueueKey, State, TenantIdx};
 use gpusched_events::{Event, PendingReason};
 use gpusched_model::{Gpus, QueueingMode, Timestamp};

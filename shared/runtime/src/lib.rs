@@ -41,13 +41,14 @@ pub use metrics::{
     service_registry,
 };
 pub use projection::{Observer, Projection};
-pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig, Work};
+pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{
     init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, spawn_observers,
     Connections, CycleArgs, StackArgs,
 };
 pub use snapshots::{load_newest, Loaded, SnapshotPolicy, Writer, Written};
 pub use stage::DEGRADED_POLL;
+pub use stats::Work;
 pub use stats::{
     cycle_bucket, cycle_bucket_upper_us, histogram_quantile_us, spawn_stats_writer, CycleHistogram,
     ServiceStats, StatsSnapshot, CYCLE_BUCKETS, STATS_FILE_ENV,

@@ -32,7 +32,7 @@ use crate::leader::{Candidate, Leader, LeaseSpec};
 use crate::log::{Log, LoggedEvent};
 use crate::snapshots::{Writer, Written};
 use crate::stage::{lead, Start, Step, Warm};
-use crate::stats::ServiceStats;
+use crate::stats::{ServiceStats, Work};
 
 /// A pure decision function with the little memory a service keeps
 /// between cycles (scan memos, an agent's timers). Implementations call
@@ -64,19 +64,6 @@ pub trait Decider: Send {
     fn work(&self) -> Work {
         Work::default()
     }
-}
-
-/// What one decision cycle looked at: the quantities its limits bound.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Work {
-    /// Queue heads examined (quota and placement).
-    pub heads: u64,
-    /// Topology domains probed for room (placement).
-    pub domains_probed: u64,
-    /// Victim sets costed (preemption).
-    pub victim_sets: u64,
-    /// Victim candidates looked at (preemption).
-    pub victim_candidates: u64,
 }
 
 /// How a service runs.

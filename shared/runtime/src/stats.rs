@@ -18,6 +18,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::wall_clock;
 
+/// What one decision cycle looked at: the quantities its limits bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Queue heads examined (quota and placement).
+    pub heads: u64,
+    /// Topology domains probed for room (placement).
+    pub domains_probed: u64,
+    /// Victim sets costed (preemption).
+    pub victim_sets: u64,
+    /// Victim candidates looked at (preemption).
+    pub victim_candidates: u64,
+}
+
 /// Environment variable naming the file a service writes its stats to.
 pub const STATS_FILE_ENV: &str = "GPUSCHED_STATS_FILE";
 
@@ -174,7 +187,7 @@ pub struct ServiceStats {
 
 impl ServiceStats {
     /// Adds one cycle's work (`Decider::work`).
-    pub fn record_work(&self, w: crate::service::Work) {
+    pub fn record_work(&self, w: Work) {
         let values = [
             w.heads,
             w.domains_probed,
