@@ -679,14 +679,8 @@ async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>, tra
             j += 1;
         }
         let events: Vec<Event> = written[i..j].iter().map(|(_, e)| e.clone()).collect();
-        let batch = Arc::new(BatchV1 {
-            producer: producer_name(producer).to_string(),
-            epoch,
-            first_seq: u64::try_from(first).unwrap_or(0),
-            last_seq: u64::try_from(first).unwrap_or(0) + (j - i) as u64 - 1,
-            correlation_id: None,
-            events,
-        });
+        let first = u64::try_from(first).unwrap_or(0);
+        let batch = Arc::new(BatchV1::new(producer_name(producer), epoch, first, events));
         let jobs = traces.for_events(&batch.events);
         if let Err(e) = bus.publish_traced(batch, jobs).await {
             warn!(error = %e, "publish failed; followers will read the log");

@@ -63,6 +63,27 @@ pub struct BatchV1 {
     pub events: Vec<Event>,
 }
 
+impl BatchV1 {
+    /// The batch of `events` a producer committed at `first_seq` onwards
+    /// (consecutive sequences), with no correlation id: the one way a
+    /// batch for the bus is made.
+    pub fn new(
+        producer: impl Into<String>,
+        epoch: u64,
+        first_seq: u64,
+        events: Vec<Event>,
+    ) -> Self {
+        BatchV1 {
+            producer: producer.into(),
+            epoch,
+            first_seq,
+            last_seq: first_seq + (events.len() as u64).saturating_sub(1),
+            correlation_id: None,
+            events,
+        }
+    }
+}
+
 /// A message on the bus. Variants are only appended, never reordered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Envelope {

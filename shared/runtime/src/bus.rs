@@ -84,12 +84,13 @@ pub fn split_batch(batch: &BatchV1, max: usize) -> Vec<BatchV1> {
         .map(|(i, events)| {
             let first_seq = batch.first_seq + (i * max) as u64;
             BatchV1 {
-                producer: batch.producer.clone(),
-                epoch: batch.epoch,
-                first_seq,
-                last_seq: first_seq + events.len() as u64 - 1,
                 correlation_id: batch.correlation_id.clone(),
-                events: events.to_vec(),
+                ..BatchV1::new(
+                    batch.producer.clone(),
+                    batch.epoch,
+                    first_seq,
+                    events.to_vec(),
+                )
             }
         })
         .collect()

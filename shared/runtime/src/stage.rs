@@ -565,14 +565,7 @@ impl<'a, D: Decider> Stage<'a, D> {
     }
 
     fn batch(&self, first: u64, events: Vec<Event>) -> BatchV1 {
-        BatchV1 {
-            producer: producer_name(self.producer).to_string(),
-            epoch: self.epoch,
-            first_seq: first,
-            last_seq: first + events.len() as u64 - 1,
-            correlation_id: None,
-            events,
-        }
+        BatchV1::new(producer_name(self.producer), self.epoch, first, events)
     }
 }
 
@@ -706,14 +699,7 @@ async fn relay(
     stats: &ServiceStats,
 ) {
     for (first, events) in runs(unpublished) {
-        let batch = Arc::new(BatchV1 {
-            producer: producer_name(producer).to_string(),
-            epoch,
-            first_seq: first,
-            last_seq: first + events.len() as u64 - 1,
-            correlation_id: None,
-            events,
-        });
+        let batch = Arc::new(BatchV1::new(producer_name(producer), epoch, first, events));
         if let Err(e) = bus.publish(batch).await {
             warn!(error = %e, "relaying to the bus failed; followers will read the log");
             return;
