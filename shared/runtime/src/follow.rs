@@ -1,9 +1,9 @@
 //! A read-only follower: keeps a shared [`Projection`] current for readers
 //! (the gateway's queries, `gpusched dev`'s progress), with no lease and no
 //! decisions. It starts from the newest good snapshot and, as the log
-//! grows, writes snapshots for every service to start from: copying the
-//! state holds only its own folding (readers share the lock), never a
-//! deciding service's loop.
+//! grows, writes snapshots for every service to start from: encoding the
+//! state between two folds holds only its own folding (readers share the
+//! lock), never a deciding service's loop.
 //!
 //! Must never: write to the log, or hold the projection's write lock while
 //! waiting on I/O.
