@@ -327,23 +327,13 @@ pub(crate) mod tests {
             events.push(Event::JobSubmitted {
                 job: JobId(j),
                 spec: JobSpec {
-                    tenant: "ml".into(),
-                    priority: 0,
-                    workers: 1,
-                    gpus_per_worker: 8,
-                    flavors: vec![],
                     topology: "node".into(),
-                    preemptible: true,
                     checkpoint: Some(CheckpointPolicy {
                         interval_s: 10,
                         duration_s: 1,
                     }),
                     max_runtime_s: Some(60),
-                    command: vec![],
-                    env: Default::default(),
-                    working_dir: None,
-                    checkpoint_signal: None,
-                    array: None,
+                    ..JobSpec::new("ml", 1, 8)
                 },
                 at: Timestamp(2_000),
             });

@@ -1071,3 +1071,227 @@ fn backfill_to_evict(
     }
     (!victims.is_empty()).then_some(victims)
 }
+
+/// Worked examples of a victim's cost, each checkable by hand with the
+/// default `PreemptionConfig`: grace 30 s, restart cost 60 s, thrash window
+/// 1 h and penalty 600 s, checkpoint grace up to 300 s, wait window W 30 s.
+/// Costs are GPU-milliseconds.
+#[cfg(test)]
+mod cost_examples {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::state::Checkpoint;
+    use gpusched_model::{CheckpointPolicy, FlavorQuota, JobSpec, NodeSpec, TenantSpec};
+
+    const START: Timestamp = Timestamp(1_000_000);
+
+    /// Given one 1×8 job of `checkpoint` started at `START` on an 8-GPU
+    /// node: the job as the state holds it.
+    fn running(checkpoint: Option<CheckpointPolicy>) -> Job {
+        let mut s = State::new();
+        let job = JobId(1);
+        let spec = JobSpec {
+            topology: "node".into(),
+            checkpoint,
+            ..JobSpec::new("ml", 1, 8)
+        };
+        let events = [
+            Event::TenantConfigured {
+                spec: TenantSpec {
+                    name: "ml".into(),
+                    cohort: None,
+                    weight: 1.0,
+                    queueing: Default::default(),
+                    quotas: vec![FlavorQuota {
+                        flavor: "h100".into(),
+                        nominal: 8,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    }],
+                    priority_preemption: true,
+                },
+            },
+            Event::NodeAdded {
+                node: NodeId(0),
+                spec: NodeSpec {
+                    name: "n0".into(),
+                    flavor: "h100".into(),
+                    gpus: 8,
+                    path: vec!["r0".into(), "b0".into()],
+                },
+                at: Timestamp(0),
+            },
+            Event::JobSubmitted {
+                job,
+                spec,
+                at: Timestamp(0),
+            },
+            Event::JobAccepted { job },
+            Event::JobAdmitted {
+                job,
+                flavor: "h100".into(),
+                borrowed: 0,
+                at: Timestamp(0),
+            },
+            Event::JobBound {
+                job,
+                assignments: vec![Assignment {
+                    node: NodeId(0),
+                    gpus: 8,
+                }],
+                backfill_for: None,
+                at: Timestamp(0),
+            },
+            Event::JobStarted { job, at: START },
+        ];
+        for e in &events {
+            s.apply(e).unwrap();
+        }
+        s.job(job).unwrap().clone()
+    }
+
+    fn policy(interval_s: u64, duration_s: u64) -> Option<CheckpointPolicy> {
+        Some(CheckpointPolicy {
+            interval_s,
+            duration_s,
+        })
+    }
+
+    fn cost(job: &Job, now: u64, order: VictimOrder) -> (u64, u64, u64) {
+        let mut cfg = CycleConfig::default();
+        cfg.preemption.order = order;
+        let c = costed(&cfg, job, Timestamp(now));
+        (c.lost, c.cost, c.deadline.0)
+    }
+
+    #[test]
+    fn without_checkpoints_a_victim_loses_all_it_ran_plus_the_grace() {
+        // When: stopped 600 s after it started.
+        let job = running(None);
+        // Then: lost 8 × (600 s + 30 s grace); cost adds 8 × 60 s restart;
+        // stopped at the end of the grace.
+        assert_eq!(
+            cost(&job, 1_600_000, VictimOrder::Checkpoint),
+            (5_040_000, 5_520_000, 1_630_000)
+        );
+    }
+
+    #[test]
+    fn a_complete_checkpoint_bounds_the_loss_to_the_work_after_it() {
+        // Given: a complete checkpoint capturing its first 400 s.
+        let mut job = running(None);
+        job.last_checkpoint = Some(Checkpoint {
+            progress_ms: 400_000,
+            uri: "s3://c".into(),
+            at: Timestamp(1_410_000),
+            flavor: 0,
+        });
+        // Then at 600 s: lost 8 × (200 s + 30 s), cost + 8 × 60 s.
+        assert_eq!(
+            cost(&job, 1_600_000, VictimOrder::Checkpoint),
+            (1_840_000, 2_320_000, 1_630_000)
+        );
+    }
+
+    #[test]
+    fn a_short_checkpoint_is_asked_for_and_only_its_own_time_is_lost() {
+        // Given: checkpoints of 60 s every hour, none taken yet.
+        let job = running(policy(3600, 60));
+        // Then at 600 s: lost 8 × 60 s, cost + 8 × 60 s restart, and the
+        // deadline leaves the checkpoint 60 s + 5 s (more than the grace).
+        assert_eq!(
+            cost(&job, 1_600_000, VictimOrder::Checkpoint),
+            (480_000, 960_000, 1_665_000)
+        );
+        // A checkpoint shorter than the grace: the grace is the deadline.
+        let quick = running(policy(3600, 20));
+        assert_eq!(
+            cost(&quick, 1_600_000, VictimOrder::Checkpoint),
+            (160_000, 640_000, 1_630_000)
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_longer_than_its_grace_is_not_asked_for() {
+        // Given: checkpoints of 400 s (over the 300 s checkpoint grace).
+        let job = running(policy(3600, 400));
+        // Then: costed as a stop without one.
+        assert_eq!(
+            cost(&job, 1_600_000, VictimOrder::Checkpoint),
+            (5_040_000, 5_520_000, 1_630_000)
+        );
+    }
+
+    #[test]
+    fn a_periodic_checkpoint_completing_within_w_is_waited_for() {
+        // Given: 400 s checkpoints every 600 s; the first started at 600 s
+        // and completes at 1000 s. When: 10 s before it completes.
+        let job = running(policy(600, 400));
+        let now = START.0 + 990_000;
+        // Then: stopped after it (completion + 1 s, at least the grace):
+        // lost only its 8 × 400 s, cost + 8 × 60 s.
+        assert_eq!(
+            cost(&job, now, VictimOrder::Checkpoint),
+            (3_200_000, 3_680_000, now + 30_000)
+        );
+        // Kueue's order ignores checkpoints: 8 × (990 s + 30 s) lost.
+        assert_eq!(
+            cost(&job, now, VictimOrder::Kueue),
+            (8_160_000, 8_640_000, now + 30_000)
+        );
+        // Exactly W (30 s) before: waited for, and stopped 1 s after it
+        // completes, past the grace.
+        let at_w = START.0 + 970_000;
+        assert_eq!(
+            cost(&job, at_w, VictimOrder::Checkpoint),
+            (3_200_000, 3_680_000, START.0 + 1_001_000)
+        );
+        // 31 s before it completes (past W): not waited for.
+        let early = START.0 + 969_000;
+        assert_eq!(cost(&job, early, VictimOrder::Checkpoint).0, 8 * 999_000);
+    }
+
+    #[test]
+    fn a_victim_preempted_within_the_thrash_window_pays_the_penalty() {
+        let mut job = running(None);
+        let now = 5_000_000;
+        // Given: preempted 3,599 s ago (inside the 1 h window).
+        job.preempted_at = Some(Timestamp(now - 3_599_000));
+        let lost = 8 * (4_000_000 + 30_000);
+        // Then: cost = lost + 8 × 60 s restart + 8 × 600 s penalty.
+        assert_eq!(
+            cost(&job, now, VictimOrder::Checkpoint),
+            (lost, lost + 480_000 + 4_800_000, now + 30_000)
+        );
+        // Exactly one window ago: no penalty.
+        job.preempted_at = Some(Timestamp(now - 3_600_000));
+        assert_eq!(cost(&job, now, VictimOrder::Checkpoint).1, lost + 480_000);
+    }
+
+    #[test]
+    fn the_next_periodic_checkpoint_completes_after_now() {
+        // 400 s checkpoints every 600 s from START: they complete at
+        // START + 1000 s, + 1600 s, …
+        let job = running(policy(600, 400));
+        let at = |ms: u64| next_checkpoint_done(&job, Timestamp(START.0 + ms));
+        assert_eq!(at(500_000), Some(Timestamp(START.0 + 1_000_000)));
+        // At the moment one completes, the next one is the one ahead.
+        assert_eq!(at(1_000_000), Some(Timestamp(START.0 + 1_600_000)));
+        assert_eq!(at(1_000_001), Some(Timestamp(START.0 + 1_600_000)));
+        // No policy, or an interval of 0: none.
+        assert_eq!(next_checkpoint_done(&running(None), START), None);
+        let mut never = job.clone();
+        never.spec.checkpoint = policy(0, 10);
+        assert_eq!(
+            next_checkpoint_done(&never, Timestamp(START.0 + 5_000)),
+            None
+        );
+        // Not started: none.
+        let mut queued = job;
+        queued.started_at = None;
+        assert_eq!(
+            next_checkpoint_done(&queued, Timestamp(START.0 + 5_000)),
+            None
+        );
+    }
+}

@@ -260,6 +260,31 @@ pub struct JobSpec {
     pub array: Option<ArrayTask>,
 }
 
+impl JobSpec {
+    /// A gang of `workers` × `gpus_per_worker` GPUs for `tenant`, every
+    /// other field as a submission that leaves it out gets it (priority 0,
+    /// the tenant's flavors, topology `any`, preemptible, no checkpoints,
+    /// no command).
+    pub fn new(tenant: impl Into<String>, workers: u32, gpus_per_worker: Gpus) -> Self {
+        JobSpec {
+            tenant: tenant.into(),
+            priority: 0,
+            workers,
+            gpus_per_worker,
+            flavors: Vec::new(),
+            topology: default_topology(),
+            preemptible: true,
+            checkpoint: None,
+            max_runtime_s: None,
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            working_dir: None,
+            checkpoint_signal: None,
+            array: None,
+        }
+    }
+}
+
 /// Signal names a job may ask to be checkpointed with, and their numbers
 /// (Linux).
 pub const CHECKPOINT_SIGNALS: [(&str, i32); 6] = [

@@ -237,20 +237,8 @@ mod tests {
 
     fn spec() -> gpusched_model::JobSpec {
         gpusched_model::JobSpec {
-            tenant: "vision".into(),
-            priority: 0,
-            workers: 1,
-            gpus_per_worker: 8,
-            flavors: vec![],
             topology: "node".into(),
-            preemptible: true,
-            checkpoint: None,
-            max_runtime_s: None,
-            command: vec![],
-            env: Default::default(),
-            working_dir: None,
-            checkpoint_signal: None,
-            array: None,
+            ..gpusched_model::JobSpec::new("vision", 1, 8)
         }
     }
 
