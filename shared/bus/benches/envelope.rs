@@ -79,14 +79,7 @@ fn best_of<T>(n: usize, mut f: impl FnMut() -> T) -> (f64, T) {
 
 fn main() {
     let events = burst_events(1024);
-    let batch = BatchV1 {
-        producer: "gateway".into(),
-        epoch: 3,
-        first_seq: 1,
-        last_seq: events.len() as u64,
-        correlation_id: None,
-        events: events.clone(),
-    };
+    let batch = BatchV1::new("gateway", 3, 1, events.clone());
     let envelope = Envelope::V1(batch);
     let binary = encode(&envelope).expect("encodes");
     let json = encode_json_form(&envelope).expect("encodes");

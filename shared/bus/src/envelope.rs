@@ -133,6 +133,11 @@ struct WireBatchV1Binary {
     events: Vec<Event>,
 }
 
+/// The wire index of [`WireEnvelope::V1Binary`] (postcard writes a
+/// variant's index as a varint `u32`), which [`decode`] peeks at to check
+/// the binary form before reading events.
+const BINARY_FORM_INDEX: u32 = 1;
+
 /// What [`encode`] writes: the same layout as [`WireEnvelope`], borrowed
 /// (no copy of the events).
 #[derive(Serialize)]
@@ -192,7 +197,7 @@ pub fn encode_json_form(envelope: &Envelope) -> Result<Vec<u8>, BusError> {
 pub fn decode(bytes: &[u8]) -> Result<Envelope, BusError> {
     // Form 1 starts with the writer's binary form: a build reads only its
     // own (a positional layout read as another would misread events).
-    if let Ok(((1, form), _)) = postcard::take_from_bytes::<(u32, u16)>(bytes) {
+    if let Ok(((BINARY_FORM_INDEX, form), _)) = postcard::take_from_bytes::<(u32, u16)>(bytes) {
         if form != binary::FORM {
             return Err(BusError::UnknownBinaryForm { found: form });
         }

@@ -22,14 +22,7 @@ fn log_v1() -> Vec<Event> {
 }
 
 fn batch(first_seq: u64, events: &[Event]) -> BatchV1 {
-    BatchV1 {
-        producer: "fixture".into(),
-        epoch: 1,
-        first_seq,
-        last_seq: first_seq + events.len() as u64 - 1,
-        correlation_id: None,
-        events: events.to_vec(),
-    }
+    BatchV1::new("fixture", 1, first_seq, events.to_vec())
 }
 
 fn fold(events: &[Event]) -> State {

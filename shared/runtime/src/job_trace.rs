@@ -306,14 +306,7 @@ mod tests {
     }
 
     fn batch(first_seq: u64, events: Vec<Event>) -> BatchV1 {
-        BatchV1 {
-            producer: "gateway".into(),
-            epoch: 1,
-            first_seq,
-            last_seq: first_seq + events.len() as u64 - 1,
-            correlation_id: None,
-            events,
-        }
+        BatchV1::new("gateway", 1, first_seq, events)
     }
 
     fn traces(pairs: &[(u64, &str)]) -> JobTraces {

@@ -358,14 +358,12 @@ pub async fn bootstrap_cluster(
         })
         .collect();
     for (first, events) in runs(written) {
-        let batch = Arc::new(BatchV1 {
-            producer: producer_name(Producer::Admin).to_string(),
+        let batch = Arc::new(BatchV1::new(
+            producer_name(Producer::Admin),
             epoch,
-            first_seq: first,
-            last_seq: first + events.len() as u64 - 1,
-            correlation_id: None,
+            first,
             events,
-        });
+        ));
         bus.publish(batch).await?;
     }
     Ok(out.appended)
