@@ -137,9 +137,13 @@ pub struct Args {
     /// younger than the preemption stage's 60 s minimum runtime are spared).
     #[arg(long, default_value_t = 65.0)]
     pub reclaim_wait_s: f64,
-    /// Rows written by the raw append-ceiling probe (0: skip it).
+    /// Rows written by each raw append-ceiling probe (0: skip them).
     #[arg(long, default_value_t = 100_000)]
     pub ceiling_rows: usize,
+    /// Raw append-ceiling probes, one after the other; the ceiling is
+    /// their median (a single one-second probe varied ±25 % between runs).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=15))]
+    pub ceiling_probes: u16,
     /// Keep the run's database (its event log) for incident review instead
     /// of dropping it; the run prints its URL (docs/incident-review.md).
     #[arg(long)]

@@ -111,8 +111,10 @@ pub struct Outcome {
     pub namespace: String,
     /// Wall clock of the origin, Unix ms.
     pub origin_unix_ms: u64,
-    /// Raw append ceiling, events/s.
+    /// Raw append ceiling, events/s: the median of `ceiling_probes`.
     pub ceiling: Option<f64>,
+    /// Each probe's rate, events/s, in the order taken.
+    pub ceiling_probes: Vec<f64>,
     /// Submissions.
     pub submit: SubmitOutcome,
     /// When submissions started and the run's end, seconds since the origin.

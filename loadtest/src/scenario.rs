@@ -294,6 +294,18 @@ async fn wait_for_nodes(stack: &Stack, nodes: usize, cancel: &CancellationToken)
     }
 }
 
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(xs: &[f64]) -> Option<f64> {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 async fn execute(
     args: &Args,
     plan: &Plan,
@@ -308,16 +320,18 @@ async fn execute(
     };
     if args.ceiling_rows > 0 {
         eprintln!(
-            "measuring the raw append ceiling ({} rows, 100 per transaction)",
-            args.ceiling_rows
+            "measuring the raw append ceiling ({} probes of {} rows, 100 per transaction)",
+            args.ceiling_probes, args.ceiling_rows
         );
-        out.ceiling = Some(
-            stack
+        for _ in 0..args.ceiling_probes {
+            let rate = stack
                 .store
                 .raw_append_ceiling(args.ceiling_rows, 100)
                 .await
-                .context("measuring the raw append ceiling")?,
-        );
+                .context("measuring the raw append ceiling")?;
+            out.ceiling_probes.push(rate);
+        }
+        out.ceiling = median(&out.ceiling_probes);
     }
     let origin = Instant::now();
     out.origin_unix_ms = wall_clock().0;
@@ -706,4 +720,17 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
         .map(|s| (s.seq, s.bytes, s.taken_by))
         .collect();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_ceiling_is_the_middle_probe_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[140.0]), Some(140.0));
+        assert_eq!(median(&[140.0, 94.0, 101.0]), Some(101.0));
+        assert_eq!(median(&[140.0, 94.0, 101.0, 120.0]), Some(110.5));
+    }
 }
