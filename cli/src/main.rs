@@ -104,8 +104,13 @@ struct ReplayArgs {
     )]
     database_url: String,
     /// Replay events with sequence ≤ N only.
-    #[arg(long, value_name = "N", conflicts_with = "until_time")]
-    until_seq: Option<i64>,
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "until_time",
+        value_parser = clap::value_parser!(u64).range(..=gpusched_store::SEQ_MAX)
+    )]
+    until_seq: Option<u64>,
     /// Replay the events recorded at or before this time (RFC 3339).
     #[arg(long, value_name = "RFC3339")]
     until_time: Option<String>,

@@ -48,10 +48,10 @@ pub async fn from_zero(store: &EventStore, until: Until) -> Result<Replayed> {
 
 /// The replay from the newest good snapshot at or before `end` (from the
 /// first event when there is none); snapshots skipped are named on stderr.
-pub async fn from_snapshot(store: &EventStore, end: i64, until: Until) -> Result<Replayed> {
+pub async fn from_snapshot(store: &EventStore, end: u64, until: Until) -> Result<Replayed> {
     let started = Instant::now();
     let found = store
-        .newest_snapshot(u64::try_from(end).unwrap_or(0))
+        .newest_snapshot(end)
         .await
         .context("reading snapshots")?;
     for s in &found.skipped {
@@ -64,9 +64,8 @@ pub async fn from_snapshot(store: &EventStore, end: i64, until: Until) -> Result
     };
     let mut state = snap.state;
     let started = Instant::now();
-    let after = i64::try_from(snap.seq).unwrap_or(i64::MAX);
     let out = store
-        .replay_onto(&mut state, after, until)
+        .replay_onto(&mut state, snap.seq, until)
         .await
         .context("replay after the snapshot")?;
     Ok(Replayed {
@@ -80,7 +79,7 @@ pub async fn from_snapshot(store: &EventStore, end: i64, until: Until) -> Result
 }
 
 /// Prints what a replay reached.
-pub fn print(r: &Replayed, last: i64) {
+pub fn print(r: &Replayed, last: u64) {
     let s = &r.state;
     match r.snapshot {
         Some((seq, bytes)) => println!(

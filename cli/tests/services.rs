@@ -122,7 +122,7 @@ async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
     let mut submitted: HashMap<u64, u32> = HashMap::new();
     let mut finished: HashMap<u64, u32> = HashMap::new();
     // The event that last ended or restarted each job's run.
-    let mut last_turn: HashMap<u64, (i64, &'static str)> = HashMap::new();
+    let mut last_turn: HashMap<u64, (u64, &'static str)> = HashMap::new();
     let mut state = gpusched_core::State::new();
     let mut superseded_finishes = 0;
     for e in &events {
@@ -158,14 +158,9 @@ async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
         assert_eq!(finished.get(id), Some(&1), "job {id} finished exactly once");
     }
     eprintln!("{superseded_finishes} finish reports lost a race to a preemption");
-    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "dense log");
-    let replayed = stack
-        .db
-        .store
-        .replay(Until::Seq(i64::try_from(live.seq).unwrap()))
-        .await
-        .unwrap();
+    let replayed = stack.db.store.replay(Until::Seq(live.seq)).await.unwrap();
     assert_eq!(replayed.state_hash(), live.state_hash, "replay == live");
 }
 

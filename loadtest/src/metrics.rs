@@ -80,7 +80,7 @@ pub struct LogFacts {
     /// Jobs with a `JobFinished`.
     pub finished: u64,
     /// Last sequence.
-    pub max_seq: i64,
+    pub max_seq: u64,
     /// On-disk size of the events table with its indexes and TOAST
     /// (`pg_total_relation_size`), bytes: what the log costs Postgres.
     pub log_bytes: i64,

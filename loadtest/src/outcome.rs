@@ -34,7 +34,7 @@ pub struct RestartOutcome {
     /// Jobs waiting when it was killed.
     pub pending: u64,
     /// Events in the log when it was killed.
-    pub log_events: i64,
+    pub log_events: u64,
     /// SIGKILL → the new instance holds the lease, has rebuilt and is ready to decide, ms.
     pub kill_to_ready_ms: Option<f64>,
     /// Of which the fold after the takeover and the relay, ms (a hot

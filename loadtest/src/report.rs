@@ -156,7 +156,7 @@ pub struct Report {
     /// Submit → bound (JobSubmitted → first JobBound in the log), ms.
     pub submit_to_bound_ms: Percentiles,
     /// Events in the log.
-    pub events: i64,
+    pub events: u64,
     /// The events table's size on disk, indexes included, bytes.
     pub log_bytes: i64,
     /// `log_bytes` ÷ `events`.

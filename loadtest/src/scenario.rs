@@ -573,7 +573,8 @@ async fn run_reclaim(
     Ok(())
 }
 
-async fn first_append_after(stack: &Stack, producer: &str, epoch: i64) -> Result<Option<f64>> {
+async fn first_append_after(stack: &Stack, producer: &str, epoch: u64) -> Result<Option<f64>> {
+    let epoch = i64::try_from(epoch).context("the lease's epoch is out of bigint's range")?;
     let ms: Option<f64> = sqlx::query_scalar(
         "SELECT (extract(epoch FROM min(recorded_at)) * 1000)::float8 FROM events
          WHERE producer = $1 AND epoch > $2",

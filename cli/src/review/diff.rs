@@ -55,7 +55,7 @@ fn use_of(s: &State) -> Result<Use> {
 struct Tally {
     range: Option<RangeArgs>,
     /// Where the range starts: the state's use and jobs per state then.
-    start: Option<(i64, Option<gpusched_model::Timestamp>, Use, Vec<u64>)>,
+    start: Option<(u64, Option<gpusched_model::Timestamp>, Use, Vec<u64>)>,
     /// What the metrics count, by the same rules (`gpusched_core::tally`).
     log: LogTally,
     /// Other counts by what happened (kind, detail).
@@ -132,7 +132,14 @@ impl Visitor for Tally {
         }
         if self.start.is_none() {
             match use_of(step.before) {
-                Ok(u) => self.start = Some((step.seq - 1, step.time, u, phase_counts(step.before))),
+                Ok(u) => {
+                    self.start = Some((
+                        step.seq.saturating_sub(1),
+                        step.time,
+                        u,
+                        phase_counts(step.before),
+                    ))
+                }
                 Err(e) => self.error = Some(e),
             }
         }
@@ -200,7 +207,7 @@ impl Visitor for Tally {
         }
     }
 
-    fn after(&mut self, _seq: i64, event: &Event, applied: bool, after: &State) {
+    fn after(&mut self, _seq: u64, event: &Event, applied: bool, after: &State) {
         let notes = std::mem::take(&mut self.pending);
         let change = self.pending_change.take();
         if !self.in_range || !applied {

@@ -36,7 +36,7 @@ use gpusched_store::{EventStore, REPLAY_PAGE};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Instant {
     /// Just after the event with this sequence number.
-    Seq(i64),
+    Seq(u64),
     /// Just after the last event whose time is at or before this one.
     Time(Timestamp),
 }
@@ -46,11 +46,9 @@ impl FromStr for Instant {
 
     fn from_str(s: &str) -> Result<Self, String> {
         if let Ok(n) = s.parse::<i64>() {
-            return if n >= 0 {
-                Ok(Instant::Seq(n))
-            } else {
-                Err(format!("{s}: a sequence number is 0 or more"))
-            };
+            return u64::try_from(n)
+                .map(Instant::Seq)
+                .map_err(|_| format!("{s}: a sequence number is 0 or more"));
         }
         let t = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| {
             format!(
@@ -67,7 +65,7 @@ impl FromStr for Instant {
 impl Instant {
     /// Whether the event at `seq`, at log time `time` (`None`: before any
     /// timed event), is at or before this instant.
-    pub fn covers(self, seq: i64, time: Option<Timestamp>) -> bool {
+    pub fn covers(self, seq: u64, time: Option<Timestamp>) -> bool {
         match self {
             Instant::Seq(n) => seq <= n,
             Instant::Time(t) => time.is_none_or(|x| x <= t),
@@ -93,7 +91,7 @@ pub fn time_text(t: impl Into<Option<Timestamp>>) -> String {
 /// One event of the walk, with the state just before it.
 pub struct Step<'a> {
     /// Its sequence number.
-    pub seq: i64,
+    pub seq: u64,
     /// Its time on the log's clock (module docs); `None` before the first
     /// event that carries one.
     pub time: Option<Timestamp>,
@@ -109,7 +107,7 @@ pub trait Visitor {
     fn before(&mut self, step: &Step<'_>);
     /// After it: `applied` is false for a decision the state refused as
     /// superseded (it had no effect); `after` is the state it made.
-    fn after(&mut self, _seq: i64, _event: &Event, _applied: bool, _after: &State) {}
+    fn after(&mut self, _seq: u64, _event: &Event, _applied: bool, _after: &State) {}
 }
 
 /// A visitor that looks at nothing.
@@ -124,7 +122,7 @@ pub struct Walked {
     /// The state after the last event folded.
     pub state: State,
     /// That event's sequence number (0: none).
-    pub seq: i64,
+    pub seq: u64,
     /// The log's clock there.
     pub time: Option<Timestamp>,
 }
@@ -203,7 +201,7 @@ pub struct RangeArgs {
 
 impl RangeArgs {
     /// Whether an event is inside the range.
-    pub fn contains(&self, seq: i64, time: Option<Timestamp>) -> bool {
+    pub fn contains(&self, seq: u64, time: Option<Timestamp>) -> bool {
         self.from.is_none_or(|f| !f.covers(seq, time))
             && self.to.is_none_or(|t| t.covers(seq, time))
     }

@@ -45,7 +45,7 @@ fn gpu_h(ms: u64) -> String {
 /// What the walk gathers around the plan.
 struct Around {
     victim: JobId,
-    plan_seq: i64,
+    plan_seq: u64,
     cfg: CycleConfig,
     /// The re-run search, and the victim's GPUs then.
     search: Option<SearchReport>,
@@ -119,7 +119,7 @@ fn victims_text(v: &[Victim]) -> String {
         .join(",")
 }
 
-fn print_search(r: &SearchReport, logged: &[Victim], state_seq: i64) {
+fn print_search(r: &SearchReport, logged: &[Victim], state_seq: u64) {
     println!("the victim search, run again on the state just before the plan (seq {state_seq}):");
     if r.quota_deficit > 0 {
         println!("  quota to free: {} GPUs", r.quota_deficit);
@@ -242,14 +242,14 @@ pub async fn why_preempted(args: WhyPreemptedArgs) -> Result<()> {
             println!("no search: backfill leaves when the reservation it used is due");
         }
         Some(r) => {
-            print_search(r, victims, plan.seq - 1);
+            print_search(r, victims, plan.seq.saturating_sub(1));
             let chosen = r.chosen.map(|i| &r.sets[i].victims);
             if chosen.map(|c| victims_text(c)) != Some(victims_text(victims)) {
                 println!(
                     "note: run again, the search does not choose the logged victims; the \
                      preemption service ran with other flags than these, or decided on a \
                      view a few events older than seq {}",
-                    plan.seq - 1
+                    plan.seq.saturating_sub(1)
                 );
             }
         }
@@ -265,7 +265,7 @@ pub async fn why_preempted(args: WhyPreemptedArgs) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 fn print_plan(
     a: &Around,
-    seq: i64,
+    seq: u64,
     k: usize,
     of: usize,
     beneficiary: JobId,

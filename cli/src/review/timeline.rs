@@ -74,7 +74,7 @@ struct Lines {
     range: RangeArgs,
     lines: Vec<String>,
     /// The last line's event, until the fold says whether it took effect.
-    pending: Option<i64>,
+    pending: Option<u64>,
     /// Whether the subject appeared in the log at all.
     seen: bool,
 }
@@ -97,7 +97,7 @@ impl Visitor for Lines {
         self.pending = Some(step.seq);
     }
 
-    fn after(&mut self, seq: i64, _event: &Event, applied: bool, _after: &State) {
+    fn after(&mut self, seq: u64, _event: &Event, applied: bool, _after: &State) {
         if self.pending.take() == Some(seq) && !applied {
             if let Some(l) = self.lines.last_mut() {
                 l.push_str("  [superseded: no effect]");

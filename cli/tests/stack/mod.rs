@@ -263,7 +263,7 @@ impl Stack {
     }
 
     /// The instance holding `service`'s lease now.
-    pub async fn lease_holder(&self, service: &str) -> Option<(String, i64)> {
+    pub async fn lease_holder(&self, service: &str) -> Option<(String, u64)> {
         self.db
             .store
             .lease(service, "default")

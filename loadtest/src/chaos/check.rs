@@ -114,7 +114,7 @@ pub struct Fold {
     /// Applied `JobFinished` per job.
     pub finished: BTreeMap<u64, u32>,
     /// Superseded `JobFinished` that no other writer's end of the run explains: (job, seq).
-    pub stray_finishes: Vec<(u64, i64)>,
+    pub stray_finishes: Vec<(u64, u64)>,
     /// Superseded `JobFinished` that lost a race to a preemption, cancellation or requeue.
     pub raced_finishes: u64,
     /// First `JobBound` of each job, ms.
@@ -128,7 +128,7 @@ pub struct Fold {
     time_scale: f64,
     due: Due,
     last_turn: BTreeMap<u64, &'static str>,
-    max_epoch: BTreeMap<String, i64>,
+    max_epoch: BTreeMap<String, u64>,
 }
 
 fn waiting(s: &State) -> u64 {
@@ -657,10 +657,10 @@ mod tests {
     use gpusched_model::{JobId, JobSpec, Timestamp};
 
     fn ev(
-        seq: i64,
+        seq: u64,
         ms: i64,
         producer: &str,
-        epoch: i64,
+        epoch: u64,
         key: Option<&str>,
         event: Event,
     ) -> StoredEvent {
@@ -687,7 +687,7 @@ mod tests {
         .unwrap()
     }
 
-    fn submitted(seq: i64, ms: i64, job: u64, key: Option<&str>) -> StoredEvent {
+    fn submitted(seq: u64, ms: i64, job: u64, key: Option<&str>) -> StoredEvent {
         ev(
             seq,
             ms,

@@ -501,7 +501,7 @@ async fn wait_ready(stack: &mut Stack, nodes: usize, cancel: &CancellationToken)
             .await
             .context("reading the log's length")?;
         let seen = client.status().await.map_or(0, |s| s.seq);
-        if n as usize >= nodes && seen as i64 >= max {
+        if n as usize >= nodes && seen >= max {
             return Ok(());
         }
         if let Some(why) = stack.crashed() {
@@ -662,7 +662,7 @@ async fn replay_check(stack: &Stack, client: &ApiClient) -> Check {
             }
         }
     };
-    match stack.store.replay(Until::Seq(live.seq as i64)).await {
+    match stack.store.replay(Until::Seq(live.seq)).await {
         Ok(state) => {
             let h = state.state_hash();
             Check {

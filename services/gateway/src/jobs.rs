@@ -69,8 +69,8 @@ pub enum JobState {
 }
 
 /// The largest id or sequence number: the log keeps them as signed 64-bit
-/// numbers.
-pub(crate) const MAX_SEQ: u64 = i64::MAX as u64;
+/// numbers (`gpusched_store::SEQ_MAX`).
+pub(crate) const MAX_SEQ: u64 = gpusched_store::SEQ_MAX;
 
 /// A job id from the path: 1 to [`MAX_SEQ`], else 400 naming `id`.
 pub(crate) fn job_id(raw: &str) -> Result<JobId, ApiError> {

@@ -632,12 +632,7 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
                 Ok(Submitted {
                     job: first.and_then(Event::job).unwrap_or(JobId(0)),
                     created: true,
-                    seq: seqs
-                        .iter()
-                        .rev()
-                        .find_map(|s| *s)
-                        .and_then(|s| u64::try_from(s).ok())
-                        .unwrap_or(0),
+                    seq: seqs.iter().rev().find_map(|s| *s).unwrap_or(0),
                 })
             }
             Some(None) => match r.key.as_deref().and_then(|k| Some((k, earlier.get(k)?))) {
@@ -655,7 +650,7 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
     // The log has it; the bus is only the fast path, so a slow or failing
     // bus never holds up the next write. The publish stays in this append's
     // span (its messages carry that trace context).
-    let (bus, epoch) = (bus.clone(), u64::try_from(fence.epoch).unwrap_or(0));
+    let (bus, epoch) = (bus.clone(), fence.epoch);
     tokio::spawn(
         async move { publish_runs(&bus, epoch, written, &traces).await }
             .instrument(Span::current()),
@@ -665,7 +660,7 @@ async fn write_batch(log: &Log, bus: &Bus, fence: &Fence, reqs: Vec<Request>) ->
 
 /// Publishes what was written, one batch per run of consecutive sequence
 /// numbers from one producer, each with its jobs' trace contexts.
-async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>, traces: &JobTraces) {
+async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(u64, Event)>, traces: &JobTraces) {
     written.sort_by_key(|(s, _)| *s);
     let mut i = 0;
     while i < written.len() {
@@ -673,13 +668,12 @@ async fn publish_runs(bus: &Bus, epoch: u64, mut written: Vec<(i64, Event)>, tra
         let first = written[i].0;
         let mut j = i + 1;
         while j < written.len()
-            && written[j].0 == first + (j - i) as i64
+            && written[j].0 == first + (j - i) as u64
             && written[j].1.producer() == producer
         {
             j += 1;
         }
         let events: Vec<Event> = written[i..j].iter().map(|(_, e)| e.clone()).collect();
-        let first = u64::try_from(first).unwrap_or(0);
         let batch = Arc::new(BatchV1::new(producer_name(producer), epoch, first, events));
         let jobs = traces.for_events(&batch.events);
         if let Err(e) = bus.publish_traced(batch, jobs).await {

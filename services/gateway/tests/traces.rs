@@ -446,10 +446,10 @@ async fn a_malformed_job_traces_header_is_ignored() {
         .collect();
     let batch: Vec<NewEvent> = events.iter().cloned().map(NewEvent::new).collect();
     let out = s.log.append(&batch, &w.fence()).await.unwrap();
-    let first = u64::try_from(out.first_seq.unwrap()).unwrap();
+    let first = out.first_seq.unwrap();
     let env = Envelope::V1(BatchV1 {
         producer: "gateway".into(),
-        epoch: u64::try_from(w.epoch()).unwrap(),
+        epoch: w.epoch(),
         first_seq: first,
         last_seq: first + 1,
         correlation_id: None,

@@ -228,7 +228,7 @@ async fn fold_log_tail(
 ) -> anyhow::Result<()> {
     const PAGE: usize = 10_000;
     let from = read_view(view).seq();
-    let mut pages = log.pages(from, u64::MAX, PAGE);
+    let mut pages = log.pages(from, gpusched_store::SEQ_MAX, PAGE);
     while let Some(page) = pages.next().await {
         let page = page?;
         let mut p = write_view(view);

@@ -48,7 +48,7 @@ pub struct LeaseLost {
     /// The partition.
     pub partition: String,
     /// The epoch this holder had.
-    pub epoch: i64,
+    pub epoch: u64,
 }
 
 /// Whether a store error means the writer has been fenced off (another
@@ -134,7 +134,7 @@ impl Leader {
     }
 
     /// The epoch held.
-    pub fn epoch(&self) -> i64 {
+    pub fn epoch(&self) -> u64 {
         self.lease.epoch
     }
 

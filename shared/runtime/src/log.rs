@@ -16,7 +16,7 @@ use gpusched_core::snapshot;
 use gpusched_events::Event;
 use gpusched_store::{
     AppendOutcome, EventStore, Fence, Found, Lease, NewEvent, Result, SkipReason, Skipped,
-    SnapshotInfo, StoreError,
+    SnapshotInfo, StoreError, SEQ_MAX,
 };
 
 /// An event with its place in the log.
@@ -37,14 +37,10 @@ pub enum Log {
     Memory(MemLog),
 }
 
-fn seq_u64(s: i64) -> u64 {
-    u64::try_from(s).unwrap_or(0)
-}
-
 impl From<gpusched_store::StoredEvent> for LoggedEvent {
     fn from(e: gpusched_store::StoredEvent) -> Self {
         LoggedEvent {
-            seq: seq_u64(e.seq),
+            seq: e.seq,
             event: e.event,
         }
     }
@@ -53,7 +49,7 @@ impl From<gpusched_store::StoredEvent> for LoggedEvent {
 impl From<gpusched_store::LogEntry> for LoggedEvent {
     fn from(e: gpusched_store::LogEntry) -> Self {
         LoggedEvent {
-            seq: seq_u64(e.seq),
+            seq: e.seq,
             event: e.event,
         }
     }
@@ -111,10 +107,6 @@ impl LogPages {
     }
 }
 
-fn seq_i64(s: u64) -> i64 {
-    i64::try_from(s).unwrap_or(i64::MAX)
-}
-
 impl Log {
     /// Appends a batch under a fence in one step (see `EventStore::append`).
     pub async fn append(&self, batch: &[NewEvent], fence: &Fence) -> Result<AppendOutcome> {
@@ -127,18 +119,17 @@ impl Log {
     /// Up to `limit` events after `after`, in order.
     pub async fn read_from(&self, after: u64, limit: usize) -> Result<Vec<LoggedEvent>> {
         match self {
-            Log::Postgres(s) => Ok(logged(
-                s.read_entries(seq_i64(after), i64::MAX, limit).await?,
-            )),
+            Log::Postgres(s) => Ok(logged(s.read_entries(after, SEQ_MAX, limit).await?)),
             Log::Memory(m) => Ok(m.read_from(after, limit)),
         }
     }
 
-    /// The events after `after` up to `upto`, in pages of `page` events
-    /// (see `LogPages`).
+    /// The events after `after` up to `upto` (`SEQ_MAX`: to the end; the
+    /// Postgres log refuses a bound above it, `StoreError::OutOfRange`), in
+    /// pages of `page` events (see `LogPages`).
     pub fn pages(&self, after: u64, upto: u64, page: usize) -> LogPages {
         match self {
-            Log::Postgres(s) => LogPages::Postgres(s.pages(seq_i64(after), seq_i64(upto), page)),
+            Log::Postgres(s) => LogPages::Postgres(s.pages(after, upto, page)),
             Log::Memory(m) => LogPages::Memory {
                 log: m.clone(),
                 after,
@@ -174,7 +165,7 @@ impl Log {
     /// The last sequence number (0: empty).
     pub async fn max_seq(&self) -> Result<u64> {
         match self {
-            Log::Postgres(s) => Ok(seq_u64(s.max_seq().await?)),
+            Log::Postgres(s) => s.max_seq().await,
             Log::Memory(m) => Ok(m.lock().events.len() as u64),
         }
     }
@@ -190,7 +181,7 @@ impl Log {
                     (
                         k,
                         LoggedEvent {
-                            seq: seq_u64(e.seq),
+                            seq: e.seq,
                             event: e.event,
                         },
                     )
@@ -227,10 +218,10 @@ impl Log {
     /// (0: none).
     pub async fn last_seq_of(&self, producer: gpusched_events::Producer, upto: u64) -> Result<u64> {
         match self {
-            Log::Postgres(s) => Ok(seq_u64(
-                s.last_seq_of(gpusched_store::producer_name(producer), seq_i64(upto))
-                    .await?,
-            )),
+            Log::Postgres(s) => {
+                s.last_seq_of(gpusched_store::producer_name(producer), upto)
+                    .await
+            }
             Log::Memory(m) => {
                 let g = m.lock();
                 let end = usize::try_from(upto)
@@ -443,7 +434,7 @@ impl MemLog {
             if let Some(k) = &ne.idempotency_key {
                 g.keys.insert(k.clone(), seq);
             }
-            seqs.push(Some(seq_i64(seq)));
+            seqs.push(Some(seq));
         }
         let appended = seqs.iter().flatten().count() as u64;
         Ok(AppendOutcome {

@@ -17,7 +17,7 @@ use std::time::Instant;
 use gpusched_bus::BatchV1;
 use gpusched_core::{LogTally, State};
 use gpusched_events::Event;
-use gpusched_store::Result;
+use gpusched_store::{Result, SEQ_MAX};
 
 use crate::log::Log;
 
@@ -84,7 +84,7 @@ impl Projection {
     /// Folds the whole log as it stands.
     pub async fn rebuild(log: &Log, observe: &mut Observer<'_>) -> Result<Self> {
         let mut p = Projection::new();
-        p.catch_up(log, u64::MAX, observe).await?;
+        p.catch_up(log, SEQ_MAX, observe).await?;
         Ok(p)
     }
 
@@ -199,7 +199,8 @@ impl Projection {
         folded
     }
 
-    /// Reads the log from the fold position up to `upto` (or its end) and
+    /// Reads the log from the fold position up to `upto` (`SEQ_MAX`: its
+    /// end; a bound above it is `StoreError::OutOfRange` on Postgres) and
     /// folds it, then whatever waiting batches become contiguous. Returns
     /// the events folded.
     pub async fn catch_up(

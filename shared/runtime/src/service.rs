@@ -23,7 +23,7 @@ use gpusched_bus::BatchV1;
 use gpusched_core::State;
 use gpusched_events::{Event, Producer};
 use gpusched_model::Timestamp;
-use gpusched_store::{producer_name, NewEvent};
+use gpusched_store::{producer_name, NewEvent, SEQ_MAX};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -151,7 +151,7 @@ pub async fn run_service<D: Decider, F: Fn() -> D>(
                 None => return Ok(()),
             },
         };
-        let epoch = u64::try_from(leader.epoch()).unwrap_or(0);
+        let epoch = leader.epoch();
         stats.leading_epoch.store(epoch, Ordering::Relaxed);
         match lead(&log, &bus, &cfg, start, &mut leader, &shutdown, &stats).await {
             Ok(Step::Shutdown) => {
@@ -242,7 +242,7 @@ fn record_snapshot(stats: &ServiceStats, w: &Written) {
 /// Folds what the log holds beyond a standby's fold (the whole log the
 /// first time). A log that cannot be read leaves the fold where it was.
 async fn keep_warm<D: Decider>(log: &Log, w: &mut Warm<D>, stats: &ServiceStats) {
-    match w.catch_up(log, u64::MAX).await {
+    match w.catch_up(log, SEQ_MAX).await {
         Ok(_) => {
             stats.log_down.store(0, Ordering::Relaxed);
             stats.caught_up();
@@ -342,7 +342,7 @@ pub async fn bootstrap_cluster(
     let leader = Leader::wait_take(log, &spec, Duration::from_millis(200), &never)
         .await
         .ok_or_else(|| anyhow::anyhow!("the admin lease could not be taken"))?;
-    let epoch = u64::try_from(leader.epoch()).unwrap_or(0);
+    let epoch = leader.epoch();
     let out = log.append(&admin, &leader.fence()).await;
     leader.release().await;
     let out = out?;
@@ -351,8 +351,8 @@ pub async fn bootstrap_cluster(
         .iter()
         .zip(&admin)
         .filter_map(|(s, ne)| {
-            s.map(|s| LoggedEvent {
-                seq: u64::try_from(s).unwrap_or(0),
+            s.map(|seq| LoggedEvent {
+                seq,
                 event: ne.event.clone(),
             })
         })

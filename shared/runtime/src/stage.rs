@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use gpusched_bus::{BatchV1, BusError, JobTraces};
 use gpusched_core::State;
 use gpusched_events::{Event, Producer};
-use gpusched_store::{producer_name, NewEvent};
+use gpusched_store::{producer_name, NewEvent, SEQ_MAX};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, info_span, warn, Instrument, Span};
 
@@ -119,7 +119,7 @@ impl<D: Decider> Warm<D> {
             .store(loaded.load_ms, Ordering::Relaxed);
     }
 
-    /// Folds the log from the fold's position up to `upto` (`u64::MAX`:
+    /// Folds the log from the fold's position up to `upto` (`SEQ_MAX`:
     /// its end), noting this producer's last event; returns the events
     /// folded.
     pub(crate) async fn catch_up(&mut self, log: &Log, upto: u64) -> gpusched_store::Result<usize> {
@@ -253,7 +253,7 @@ impl<'a, D: Decider> Stage<'a, D> {
         bus: &'a Bus,
         cfg: &'a ServiceConfig,
         start: Start<D>,
-        epoch: i64,
+        epoch: u64,
         stats: &'a ServiceStats,
     ) -> anyhow::Result<Self> {
         let producer = start.producer();
@@ -277,7 +277,6 @@ impl<'a, D: Decider> Stage<'a, D> {
             .store(folded as u64, Ordering::Relaxed);
         stats.log_down.store(0, Ordering::Relaxed);
         info!(service = %cfg.service, seq = proj.seq(), folded, jobs = proj.state().job_count(), ms = started.elapsed().as_millis() as u64, "projection ready");
-        let epoch = u64::try_from(epoch).unwrap_or(0);
         relay(bus, producer, epoch, unpublished, stats).await;
         stats.seq.store(proj.seq(), Ordering::Relaxed);
         let rebuild_ms = started.elapsed().as_millis() as u64;
@@ -441,7 +440,7 @@ impl<'a, D: Decider> Stage<'a, D> {
         } else if gap_due {
             // Only what is missing: reading to the end of a log that grows
             // as fast as it is read would starve deciding.
-            self.proj.gap_end().unwrap_or(u64::MAX)
+            self.proj.gap_end().unwrap_or(SEQ_MAX)
         } else {
             return Ok(());
         };
@@ -521,7 +520,6 @@ impl<'a, D: Decider> Stage<'a, D> {
         let (Some(first), Some(last)) = (out.first_seq, out.last_seq) else {
             return Ok(Cycle::Done);
         };
-        let (first, last) = (seq_u64(first), seq_u64(last));
         self.stats
             .appended
             .fetch_add(out.appended, Ordering::Relaxed);
@@ -601,7 +599,7 @@ async fn rebuild<D: Decider>(
             }
             decider.observe(s, seq, e, ok);
         };
-        proj.catch_up(log, u64::MAX, &mut obs).await?
+        proj.catch_up(log, SEQ_MAX, &mut obs).await?
     };
     stats
         .fold_ms
@@ -621,7 +619,7 @@ async fn catch_up<D: Decider>(
     stats: &ServiceStats,
 ) -> anyhow::Result<(Projection, D, Vec<LoggedEvent>, usize)> {
     let started = Instant::now();
-    let folded = warm.catch_up(log, u64::MAX).await?;
+    let folded = warm.catch_up(log, SEQ_MAX).await?;
     stats
         .fold_ms
         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -660,10 +658,6 @@ async fn own_events(
 /// Adds the time since `since` to a microsecond counter.
 fn add_us(counter: &std::sync::atomic::AtomicU64, since: Instant) {
     counter.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
-}
-
-fn seq_u64(s: i64) -> u64 {
-    u64::try_from(s).unwrap_or(0)
 }
 
 /// The feed, or `None` (logged) when the bus cannot give one now.

@@ -91,7 +91,7 @@ async fn a_restart_folds_only_what_came_after_the_newest_snapshot() {
             .unwrap()
             .unwrap();
         let snap = snapshot::decode(&body).unwrap();
-        let replayed = db.store.replay(Until::Seq(s.seq as i64)).await.unwrap();
+        let replayed = db.store.replay(Until::Seq(s.seq)).await.unwrap();
         assert!(
             snap.state == replayed,
             "snapshot at {} is its replay",

@@ -124,7 +124,7 @@ async fn plain_select(pool: &sqlx::PgPool) -> Result<(), Error> {
 }
 
 async fn decoded_read(store: &EventStore) -> Result<(), Error> {
-    let mut after = 0i64;
+    let mut after = 0u64;
     loop {
         let page = store.read_from(after, REPLAY_PAGE).await?;
         match page.last() {

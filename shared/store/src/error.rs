@@ -1,12 +1,17 @@
 //! The store's errors: what went wrong, naming the field or sequence at fault.
 //!
 //! Owns: the split of database failures into "unavailable now, retry later"
-//! (`StoreError::Unavailable`, with its `Outage`) and everything else.
+//! (`StoreError::Unavailable`, with its `Outage`) and everything else; and
+//! the one conversion between the store's `u64` sequences and epochs and
+//! Postgres's `bigint` (`from_bigint` on every read, `to_bigint` on every
+//! bind), so callers never convert.
 //!
 //! Must never: hide a refusal (stale epoch, lost lease) behind a generic
 //! database error, or call a failure that retrying cannot cure (bad SQL,
 //! a constraint, a wrong password) unavailable; callers act differently on
-//! each.
+//! each. Never turn a sequence or epoch it cannot convert into another
+//! value (a 0, a clamp): a negative `bigint` read is `Corrupt`, a `u64`
+//! above `i64::MAX` to bind is `OutOfRange`.
 
 use gpusched_core::ApplyError;
 use thiserror::Error;
@@ -23,9 +28,9 @@ pub enum StoreError {
         /// The lease's partition.
         partition: String,
         /// The epoch the lease holds now.
-        held: i64,
+        held: u64,
         /// The epoch the append carried.
-        given: i64,
+        given: u64,
     },
     /// The append named a lease that was never acquired. Nothing was written.
     #[error("fence: no lease {service}/{partition} exists")]
@@ -44,7 +49,7 @@ pub enum StoreError {
         /// The lease's partition.
         partition: String,
         /// The epoch the caller held.
-        epoch: i64,
+        epoch: u64,
         /// The holder the caller claimed to be.
         holder: String,
     },
@@ -70,7 +75,7 @@ pub enum StoreError {
     #[error("payload: cannot decode event at seq {seq}: {source}")]
     Decode {
         /// The row's sequence number.
-        seq: i64,
+        seq: u64,
         /// The deserializer's error.
         #[source]
         source: serde_json::Error,
@@ -79,7 +84,7 @@ pub enum StoreError {
     #[error("schema_version: {version} at seq {seq} is newer than this build reads")]
     UnknownSchema {
         /// The row's sequence number.
-        seq: i64,
+        seq: u64,
         /// Its schema version.
         version: i32,
     },
@@ -87,10 +92,32 @@ pub enum StoreError {
     #[error("replay: event at seq {seq} refused by apply: {source}")]
     Apply {
         /// The refused event's sequence number.
-        seq: i64,
+        seq: u64,
         /// Why apply refused it.
         #[source]
         source: ApplyError,
+    },
+    /// A sequence or epoch read back from a `bigint` column is negative,
+    /// which none can be: the row is corrupt (or was written by something
+    /// other than the store).
+    #[error("{column}: stored value {value} is negative, not a sequence or epoch")]
+    Corrupt {
+        /// The column read, e.g. `events.seq`.
+        column: &'static str,
+        /// The value found there.
+        value: i64,
+    },
+    /// A sequence or epoch given to the store is above the largest a
+    /// `bigint` column holds (`i64::MAX`, `SEQ_MAX`). Nothing was sent.
+    #[error(
+        "{column}: {value} is above the largest value the column holds ({})",
+        i64::MAX
+    )]
+    OutOfRange {
+        /// The column it was to be compared with or written to.
+        column: &'static str,
+        /// The value given.
+        value: u64,
     },
     /// Migrating the schema failed.
     #[error("migrate: {0}")]
@@ -210,6 +237,18 @@ impl StoreError {
 /// The store's result.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// A sequence or epoch read from the `bigint` column `column`; a negative
+/// value is `StoreError::Corrupt`.
+pub(crate) fn from_bigint(column: &'static str, value: i64) -> Result<u64> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt { column, value })
+}
+
+/// A sequence or epoch to bind against the `bigint` column `column`; one
+/// above `i64::MAX` is `StoreError::OutOfRange`.
+pub(crate) fn to_bigint(column: &'static str, value: u64) -> Result<i64> {
+    i64::try_from(value).map_err(|_| StoreError::OutOfRange { column, value })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +274,40 @@ mod tests {
             let err = StoreError::from(e);
             assert!(matches!(err, StoreError::Database(_)), "{err}");
             assert!(!err.is_unavailable());
+        }
+    }
+
+    #[test]
+    fn bigints_convert_once_and_refuse_what_does_not_fit() {
+        assert_eq!(from_bigint("events.seq", 0).unwrap(), 0);
+        assert_eq!(
+            from_bigint("events.seq", i64::MAX).unwrap(),
+            i64::MAX as u64
+        );
+        let err = from_bigint("leases.epoch", -1).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    column: "leases.epoch",
+                    value: -1
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("leases.epoch"), "{err}");
+        assert!(!err.is_unavailable());
+
+        assert_eq!(to_bigint("events.seq", 7).unwrap(), 7);
+        assert_eq!(to_bigint("events.seq", i64::MAX as u64).unwrap(), i64::MAX);
+        let above = i64::MAX as u64 + 1;
+        for value in [above, u64::MAX] {
+            let err = to_bigint("events.seq", value).unwrap_err();
+            assert!(
+                matches!(err, StoreError::OutOfRange { column: "events.seq", value: v } if v == value),
+                "{err}"
+            );
+            assert!(err.to_string().contains("events.seq"), "{err}");
         }
     }
 

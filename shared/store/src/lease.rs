@@ -13,7 +13,10 @@
 //!
 //! Must never: decrease an epoch, hand an unexpired lease to another holder,
 //! or use the client's clock (expiry is judged by Postgres's `now()`).
+//! Epochs are `u64`, converted to and from the `bigint` column only by
+//! `from_bigint`/`to_bigint` (`error.rs`).
 
+use crate::error::{from_bigint, to_bigint};
 use crate::{EventStore, Result, StoreError};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
@@ -29,7 +32,7 @@ pub struct Lease {
     /// Who holds it (an instance id).
     pub holder: String,
     /// Fencing epoch: grows by one on every takeover.
-    pub epoch: i64,
+    pub epoch: u64,
     /// When it lapses unless renewed (database clock).
     pub expires_at: DateTime<Utc>,
 }
@@ -53,7 +56,7 @@ pub struct Fence {
     /// The lease's partition.
     pub partition: String,
     /// The epoch the writer believes it holds.
-    pub epoch: i64,
+    pub epoch: u64,
 }
 
 /// Takes a lease free or expired ($1 service, $2 partition, $3 holder, $4
@@ -92,7 +95,7 @@ pub(crate) fn lease_from_row(row: &sqlx::postgres::PgRow) -> Result<Lease> {
         service: row.try_get("service")?,
         partition: row.try_get("partition")?,
         holder: row.try_get("holder")?,
-        epoch: row.try_get("epoch")?,
+        epoch: from_bigint("leases.epoch", row.try_get("epoch")?)?,
         expires_at: row.try_get("expires_at")?,
     })
 }
@@ -130,7 +133,7 @@ impl EventStore {
         let row = sqlx::query(RENEW_SQL)
             .bind(&lease.service)
             .bind(&lease.partition)
-            .bind(lease.epoch)
+            .bind(to_bigint("leases.epoch", lease.epoch)?)
             .bind(&lease.holder)
             .bind(ttl)
             .fetch_optional(&self.pool)
@@ -149,7 +152,7 @@ impl EventStore {
         let done = sqlx::query(RELEASE_SQL)
             .bind(&lease.service)
             .bind(&lease.partition)
-            .bind(lease.epoch)
+            .bind(to_bigint("leases.epoch", lease.epoch)?)
             .bind(&lease.holder)
             .execute(&self.pool)
             .await?;

@@ -35,6 +35,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 
+use crate::error::{from_bigint, to_bigint};
 use crate::lease::{lease_from_row, lost, ttl_micros, ACQUIRE_SQL, RELEASE_SQL, RENEW_SQL};
 use crate::{EventStore, Lease, Result, StoreError};
 
@@ -68,7 +69,7 @@ pub struct LeaseSession {
     connect_timeout: Duration,
     conn: Option<PgConnection>,
     /// The epoch whose liveness lock `conn` holds.
-    locked: Option<i64>,
+    locked: Option<u64>,
 }
 
 impl std::fmt::Debug for LeaseSession {
@@ -166,14 +167,17 @@ impl LeaseSession {
             .bind(holder)
             .fetch_optional(&mut *conn)
             .await?;
-        let Some(epoch) = seen else { return Ok(None) };
+        let Some(seen) = seen else { return Ok(None) };
+        // Compared as an epoch; bound back below as read (a corrupt one is
+        // refused here, before any bind).
+        let epoch = from_bigint("leases.epoch", seen)?;
         if own == Some(epoch) {
             // Never our own: re-entrant locks would say "free".
             return Ok(None);
         }
         let holder_gone: bool = sqlx::query_scalar(TRY_LOCK_SQL)
             .bind(&key)
-            .bind(epoch)
+            .bind(seen)
             .fetch_one(&mut *conn)
             .await?;
         if !holder_gone {
@@ -184,14 +188,14 @@ impl LeaseSession {
             .bind(&partition)
             .bind(holder)
             .bind(ttl_us)
-            .bind(epoch)
+            .bind(seen)
             .bind(overdue_us)
             .fetch_optional(&mut *conn)
             .await;
         // The probe's lock goes whatever the takeover did.
         let unlocked = sqlx::query_scalar::<_, bool>(UNLOCK_SQL)
             .bind(&key)
-            .bind(epoch)
+            .bind(seen)
             .fetch_one(&mut *conn)
             .await;
         let lease = taken?.as_ref().map(lease_from_row).transpose()?;
@@ -210,7 +214,7 @@ impl LeaseSession {
         let row = sqlx::query(RENEW_SQL)
             .bind(&lease.service)
             .bind(&lease.partition)
-            .bind(lease.epoch)
+            .bind(to_bigint("leases.epoch", lease.epoch)?)
             .bind(&lease.holder)
             .bind(ttl_us)
             .fetch_optional(&mut *conn)
@@ -231,7 +235,7 @@ impl LeaseSession {
         let done = sqlx::query(RELEASE_SQL)
             .bind(&lease.service)
             .bind(&lease.partition)
-            .bind(lease.epoch)
+            .bind(to_bigint("leases.epoch", lease.epoch)?)
             .bind(&lease.holder)
             .execute(&mut *conn)
             .await?;
@@ -248,13 +252,14 @@ impl LeaseSession {
     /// this is called right after the epoch was taken or renewed. A probe
     /// that overlaps a database restart may still hold it for a moment; the
     /// next renewal tries again.
-    async fn hold_lock(&mut self, epoch: i64) -> Result<()> {
+    async fn hold_lock(&mut self, epoch: u64) -> Result<()> {
         self.drop_lock().await?;
+        let seed = to_bigint("leases.epoch", epoch)?;
         let key = self.key();
         let conn = self.conn().await?;
         let got: bool = sqlx::query_scalar(TRY_LOCK_SQL)
             .bind(&key)
-            .bind(epoch)
+            .bind(seed)
             .fetch_one(&mut *conn)
             .await?;
         self.locked = got.then_some(epoch);
@@ -265,11 +270,12 @@ impl LeaseSession {
         let Some(epoch) = self.locked.take() else {
             return Ok(());
         };
+        let seed = to_bigint("leases.epoch", epoch)?;
         let key = self.key();
         let conn = self.conn().await?;
         sqlx::query_scalar::<_, bool>(UNLOCK_SQL)
             .bind(&key)
-            .bind(epoch)
+            .bind(seed)
             .fetch_one(&mut *conn)
             .await?;
         Ok(())

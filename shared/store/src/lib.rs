@@ -38,6 +38,12 @@
 //! of a job cancelled just before) changes nothing and is counted as
 //! superseded: every follower and every replay skips the same events, so
 //! they all reach the same state.
+//!
+//! Sequences and epochs are `u64` in every signature; the columns are
+//! `bigint`, and the store converts each value once, where it reads or
+//! binds it (`error.rs`): a negative one read back is `StoreError::Corrupt`,
+//! one above `SEQ_MAX` given to it is `StoreError::OutOfRange`, never a 0
+//! or a clamp.
 
 mod error;
 mod lease;
@@ -55,6 +61,7 @@ pub use read::{LogEntry, Pages};
 pub use snapshots::{Found, SkipReason, Skipped, SnapshotInfo};
 
 use chrono::{DateTime, Utc};
+use error::{from_bigint, to_bigint};
 use gpusched_core::State;
 use gpusched_events::Event;
 use gpusched_model::JobId;
@@ -66,6 +73,11 @@ use uuid::Uuid;
 /// The schema version written with every event; rows with a newer version
 /// are refused on read rather than misread.
 pub const SCHEMA_VERSION: i32 = 1;
+
+/// The largest sequence (or epoch) the log can hold: `bigint`'s maximum.
+/// A read bounded by it reads to the end of the log; a larger value given
+/// to the store is refused (`StoreError::OutOfRange`).
+pub const SEQ_MAX: u64 = i64::MAX.unsigned_abs();
 
 /// Rows fetched per round trip during replay.
 pub const REPLAY_PAGE: usize = 10_000;
@@ -116,7 +128,7 @@ fn fence_refusal(e: sqlx::Error, fence: &Fence) -> StoreError {
             let held = db
                 .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
                 .and_then(|pg| pg.detail())
-                .and_then(|d| d.parse().ok())
+                .and_then(|d| d.parse::<u64>().ok())
                 .unwrap_or(0);
             StoreError::StaleEpoch {
                 service: fence.service.clone(),
@@ -186,9 +198,9 @@ impl From<Event> for NewEvent {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct AppendOutcome {
     /// Sequence of the first event written (`None`: nothing written).
-    pub first_seq: Option<i64>,
+    pub first_seq: Option<u64>,
     /// Sequence of the last event written (`None`: nothing written).
-    pub last_seq: Option<i64>,
+    pub last_seq: Option<u64>,
     /// Events written.
     pub appended: u64,
     /// Events skipped because their idempotency key was already in the log
@@ -196,14 +208,14 @@ pub struct AppendOutcome {
     pub duplicates: u64,
     /// Per event of the batch, in order: its sequence, or `None` when it
     /// was skipped as a duplicate.
-    pub seqs: Vec<Option<i64>>,
+    pub seqs: Vec<Option<u64>>,
 }
 
 /// What a replay folded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ReplayOutcome {
     /// Sequence of the last event read (the starting point when none).
-    pub last_seq: i64,
+    pub last_seq: u64,
     /// Events applied.
     pub applied: u64,
     /// Events `State::apply` refused (decisions made void by an earlier
@@ -215,7 +227,7 @@ pub struct ReplayOutcome {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredEvent {
     /// Global sequence: the order of the log.
-    pub seq: i64,
+    pub seq: u64,
     /// When it was recorded (database clock).
     pub recorded_at: DateTime<Utc>,
     /// The aggregate kind, e.g. `job`.
@@ -229,7 +241,7 @@ pub struct StoredEvent {
     /// `Event::producer()` by name.
     pub producer: String,
     /// Fencing epoch the writer held.
-    pub epoch: i64,
+    pub epoch: u64,
     /// The cause, if recorded.
     pub causation_id: Option<Uuid>,
     /// The correlation, if recorded.
@@ -245,8 +257,8 @@ pub struct StoredEvent {
 pub enum Until {
     /// The whole log as committed now.
     All,
-    /// Events with sequence ≤ n.
-    Seq(i64),
+    /// Events with sequence ≤ n (at most `SEQ_MAX`).
+    Seq(u64),
     /// The prefix of the log recorded at or before this time: replay stops
     /// at the first event recorded after it.
     Time(DateTime<Utc>),
@@ -487,7 +499,7 @@ impl EventStore {
         )
         .bind(&fence.service)
         .bind(&fence.partition)
-        .bind(fence.epoch)
+        .bind(to_bigint("leases.epoch", fence.epoch)?)
         .bind(APPEND_LOCK_KEY)
         .bind(SCHEMA_VERSION)
         .bind(&agg_kinds)
@@ -502,10 +514,10 @@ impl EventStore {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| fence_refusal(e, fence))?;
-        let mut seqs: Vec<Option<i64>> = vec![None; n];
+        let mut seqs: Vec<Option<u64>> = vec![None; n];
         for row in &rows {
             let ord: i64 = row.try_get("ord")?;
-            let seq: i64 = row.try_get("seq")?;
+            let seq = from_bigint("events.seq", row.try_get("seq")?)?;
             if let Some(slot) = usize::try_from(ord - 1).ok().and_then(|i| seqs.get_mut(i)) {
                 *slot = Some(seq);
             }
@@ -521,23 +533,27 @@ impl EventStore {
     }
 
     /// Up to `limit` events with sequence > `after_seq`, in sequence order.
-    pub async fn read_from(&self, after_seq: i64, limit: usize) -> Result<Vec<StoredEvent>> {
-        self.read_range(after_seq, i64::MAX, limit).await
+    pub async fn read_from(&self, after_seq: u64, limit: usize) -> Result<Vec<StoredEvent>> {
+        self.read_range(after_seq, SEQ_MAX, limit).await
     }
 
     /// Up to `limit` events with `after_seq` < sequence ≤ `upto_seq`, in order.
     async fn read_range(
         &self,
-        after_seq: i64,
-        upto_seq: i64,
+        after_seq: u64,
+        upto_seq: u64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>> {
+        let (after, upto) = (
+            to_bigint("events.seq", after_seq)?,
+            to_bigint("events.seq", upto_seq)?,
+        );
         let sql = format!(
             "SELECT {SELECT_COLUMNS} FROM events WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(after_seq)
-            .bind(upto_seq)
+            .bind(after)
+            .bind(upto)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await?;
@@ -546,25 +562,25 @@ impl EventStore {
 
     /// The highest sequence in the log; 0 when it is empty (so
     /// `read_from(0, ..)` reads from the start).
-    pub async fn max_seq(&self) -> Result<i64> {
+    pub async fn max_seq(&self) -> Result<u64> {
         let max: Option<i64> = sqlx::query_scalar("SELECT max(seq) FROM events")
             .fetch_one(&self.pool)
             .await?;
-        Ok(max.unwrap_or(0))
+        max.map_or(Ok(0), |m| from_bigint("events.seq", m))
     }
 
     /// The sequence of the last event of `producer` at or before `upto`
     /// (0: none). Walks the log backwards by sequence, so it is quick when
     /// the producer wrote recently.
-    pub async fn last_seq_of(&self, producer: &str, upto: i64) -> Result<i64> {
+    pub async fn last_seq_of(&self, producer: &str, upto: u64) -> Result<u64> {
         let seq: Option<i64> = sqlx::query_scalar(
             "SELECT seq FROM events WHERE producer = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1",
         )
         .bind(producer)
-        .bind(upto)
+        .bind(to_bigint("events.seq", upto)?)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(seq.unwrap_or(0))
+        seq.map_or(Ok(0), |s| from_bigint("events.seq", s))
     }
 
     /// Every event of one job, in sequence order.
@@ -609,12 +625,12 @@ impl EventStore {
     pub async fn replay_onto(
         &self,
         state: &mut State,
-        after_seq: i64,
+        after_seq: u64,
         until: Until,
     ) -> Result<ReplayOutcome> {
         let upto = match until {
             Until::Seq(n) => n,
-            Until::All | Until::Time(_) => i64::MAX,
+            Until::All | Until::Time(_) => SEQ_MAX,
         };
         let mut out = ReplayOutcome {
             last_seq: after_seq,
@@ -717,7 +733,7 @@ impl EventStore {
 /// Decodes a row of `SELECT_COLUMNS`, by position: the indices follow that
 /// list's order, so a column added there is added here at its place.
 fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
-    let seq: i64 = row.try_get(0)?;
+    let seq = from_bigint("events.seq", row.try_get(0)?)?;
     let schema_version: i32 = row.try_get(5)?;
     let payload: &str = row.try_get(11)?;
     let event = decode_payload(seq, schema_version, payload)?;
@@ -729,7 +745,7 @@ fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
         kind: row.try_get(4)?,
         schema_version,
         producer: row.try_get(6)?,
-        epoch: row.try_get(7)?,
+        epoch: from_bigint("events.epoch", row.try_get(7)?)?,
         causation_id: row.try_get(8)?,
         correlation_id: row.try_get(9)?,
         idempotency_key: row.try_get(10)?,
@@ -739,7 +755,7 @@ fn stored_from_row(row: &PgRow) -> Result<StoredEvent> {
 
 /// The event in a row's payload; a newer schema than this build knows is
 /// refused rather than misread.
-fn decode_payload(seq: i64, schema_version: i32, payload: &str) -> Result<Event> {
+fn decode_payload(seq: u64, schema_version: i32, payload: &str) -> Result<Event> {
     if schema_version > SCHEMA_VERSION {
         return Err(StoreError::UnknownSchema {
             seq,

@@ -9,12 +9,14 @@
 //! Must never: return a snapshot that failed a check, one past the end of
 //! the log (a log restored from an older backup), or touch the `events`
 //! table: snapshots are a cache of the log, and deleting every row only
-//! makes the next start slower.
+//! makes the next start slower. Never read a negative `seq` as anything
+//! but `StoreError::Corrupt`, or clamp one it cannot bind.
 
 use chrono::{DateTime, Utc};
 use gpusched_core::snapshot::{self, Snapshot, SnapshotError};
 use sqlx::Row;
 
+use crate::error::{from_bigint, to_bigint};
 use crate::{EventStore, Result};
 
 /// A stored snapshot, without its body.
@@ -68,13 +70,9 @@ pub struct Found {
     pub skipped: Vec<Skipped>,
 }
 
-fn i64_of(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 fn info_from_row(row: &sqlx::postgres::PgRow) -> Result<SnapshotInfo> {
     Ok(SnapshotInfo {
-        seq: u64::try_from(row.try_get::<i64, _>("seq")?).unwrap_or(0),
+        seq: from_bigint("snapshots.seq", row.try_get("seq")?)?,
         format: u16::try_from(row.try_get::<i32, _>("format")?).unwrap_or(u16::MAX),
         state_hash: row.try_get("state_hash")?,
         bytes: u64::try_from(row.try_get::<i64, _>("bytes")?).unwrap_or(0),
@@ -93,7 +91,7 @@ impl EventStore {
             "INSERT INTO snapshots (seq, format, state_hash, bytes, taken_by, body)
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (seq, format) DO NOTHING",
         )
-        .bind(i64_of(h.seq))
+        .bind(to_bigint("snapshots.seq", h.seq)?)
         .bind(i32::from(h.format))
         .bind(&h.state_hash)
         .bind(i64::try_from(body.len()).unwrap_or(i64::MAX))
@@ -158,7 +156,7 @@ impl EventStore {
     /// The body of one stored snapshot.
     pub async fn snapshot_body(&self, seq: u64, format: u16) -> Result<Option<Vec<u8>>> {
         let body = sqlx::query_scalar("SELECT body FROM snapshots WHERE seq = $1 AND format = $2")
-            .bind(i64_of(seq))
+            .bind(to_bigint("snapshots.seq", seq)?)
             .bind(i32::from(format))
             .fetch_optional(self.pool())
             .await?;

@@ -438,7 +438,7 @@ async fn sequence_stays_dense_across_duplicates_and_refused_appends() {
         .await
         .expect("append");
     assert_eq!(out.seqs, vec![None, Some(3), None, Some(4)]);
-    let seqs: Vec<i64> = db
+    let seqs: Vec<u64> = db
         .store
         .read_from(0, 100)
         .await
@@ -548,4 +548,75 @@ async fn a_log_with_an_unknown_migration_checksum_is_refused() {
 
 fn hex_of(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Sequences and epochs cross into `bigint` in the store alone: a negative
+/// epoch written behind the store's back is refused on read, naming the
+/// column, and a bound above `SEQ_MAX` is refused before any query, never
+/// read as 0 or clamped.
+#[tokio::test]
+async fn a_bigint_that_is_no_sequence_or_epoch_is_an_error() {
+    let db = TestDb::new().await;
+    let l = lease(&db, "gateway", "gw-1").await;
+    db.store
+        .append(&batch(&[submitted(1)]), &l.fence())
+        .await
+        .expect("append");
+    sqlx::query(
+        "INSERT INTO events (seq, aggregate_kind, aggregate_id, kind, schema_version,
+                             payload, producer, epoch)
+         SELECT 2, aggregate_kind, aggregate_id, kind, schema_version, payload, producer, -7
+           FROM events WHERE seq = 1",
+    )
+    .execute(db.store.pool())
+    .await
+    .expect("insert a corrupt row");
+
+    let err = db.store.read_from(0, 10).await.expect_err("corrupt epoch");
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                column: "events.epoch",
+                value: -7
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(db.store.max_seq().await.expect("max"), 2);
+    let before = db.store.read_from(0, 1).await.expect("the row before it");
+    assert_eq!(before.len(), 1);
+
+    let above = gpusched_store::SEQ_MAX + 1;
+    let err = db.store.read_from(above, 10).await.expect_err("too far");
+    assert!(
+        matches!(err, StoreError::OutOfRange { column: "events.seq", value } if value == above),
+        "{err}"
+    );
+    let err = db
+        .store
+        .replay(Until::Seq(u64::MAX))
+        .await
+        .expect_err("bound too far");
+    assert!(matches!(err, StoreError::OutOfRange { .. }), "{err}");
+    let stale = Fence {
+        epoch: above,
+        ..l.fence()
+    };
+    let err = db
+        .store
+        .append(&batch(&[submitted(3)]), &stale)
+        .await
+        .expect_err("epoch too large");
+    assert!(
+        matches!(
+            err,
+            StoreError::OutOfRange {
+                column: "leases.epoch",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(count_events(&db).await, 2, "nothing written");
 }

@@ -26,15 +26,11 @@ async fn logged_run(db: &TestDb) -> u64 {
             .await
             .expect("append");
     }
-    u64::try_from(db.store.max_seq().await.expect("max")).expect("seq")
+    db.store.max_seq().await.expect("max")
 }
 
 async fn snapshot_at(db: &TestDb, seq: u64) -> Vec<u8> {
-    let state = db
-        .store
-        .replay(Until::Seq(i64::try_from(seq).expect("seq")))
-        .await
-        .expect("replay");
+    let state = db.store.replay(Until::Seq(seq)).await.expect("replay");
     snapshot::encode(&state, seq)
 }
 
@@ -60,7 +56,7 @@ async fn the_newest_good_snapshot_plus_the_tail_is_the_replay() {
 
     let mut state = snap.state;
     db.store
-        .replay_onto(&mut state, i64::try_from(newer).expect("seq"), Until::All)
+        .replay_onto(&mut state, newer, Until::All)
         .await
         .expect("fold the tail");
     let replayed = db.store.replay(Until::All).await.expect("replay");
@@ -146,10 +142,7 @@ async fn pruning_keeps_the_newest_and_never_touches_the_log() {
         .map(|s| s.seq)
         .collect();
     assert_eq!(left, vec![6, 5]);
-    assert_eq!(
-        u64::try_from(db.store.max_seq().await.expect("max")).expect("seq"),
-        end
-    );
+    assert_eq!(db.store.max_seq().await.expect("max"), end);
     let err = db
         .store
         .save_snapshot(b"not a snapshot", "t")
