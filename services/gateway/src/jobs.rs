@@ -3,7 +3,7 @@
 //! Owns: what a job looks like over HTTP and the cursor of job lists.
 //! Must never: show a tenant token another tenant's job (404 instead).
 
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State as AxState};
@@ -731,6 +731,60 @@ pub struct ExplainView {
     /// The job's history from the log, one line per step with its reason,
     /// ending with where it stands now.
     history: Vec<String>,
+    /// Where its GPU-hours went so far, and how long its GPUs waited
+    /// (docs/goodput.md).
+    goodput: GoodputView,
+}
+
+/// One job's goodput account so far (docs/goodput.md): every allocated
+/// GPU-hour is useful, recovery (lost + checkpoint + restart), startup or
+/// unsaved at end; capacity wait is counted apart, by reason.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GoodputView {
+    /// GPU-hours held, binding → end of each hold that ended.
+    allocated_gpu_hours: f64,
+    /// Work that survived to completion or to a complete checkpoint.
+    useful_gpu_hours: f64,
+    /// Lost + checkpoint + restart.
+    recovery_gpu_hours: f64,
+    /// Work lost since the last complete checkpoint.
+    lost_gpu_hours: f64,
+    /// A victim's checkpoint on request, capture → stop.
+    checkpoint_gpu_hours: f64,
+    /// Binding → start of resumed runs.
+    restart_gpu_hours: f64,
+    /// Binding → start of the first run.
+    startup_gpu_hours: f64,
+    /// Failed, timed-out or cancelled runs' work after their last checkpoint.
+    unsaved_at_end_gpu_hours: f64,
+    /// Useful ÷ allocated; null before any hold ended.
+    goodput: Option<f64>,
+    /// Capacity wait by reason (`queued`, `quota`, `cohort_exhausted`,
+    /// `no_domain_fits`, `reservation`, `behind_head`, `requeued`),
+    /// GPU-hours, up to now while it waits.
+    wait_gpu_hours: BTreeMap<String, f64>,
+}
+
+impl GoodputView {
+    fn of(acc: &gpusched_core::Account) -> Self {
+        let s = acc.summary();
+        GoodputView {
+            allocated_gpu_hours: s.allocated_gpu_hours,
+            useful_gpu_hours: s.useful_gpu_hours,
+            recovery_gpu_hours: s.recovery_gpu_hours,
+            lost_gpu_hours: s.lost_gpu_hours,
+            checkpoint_gpu_hours: s.checkpoint_gpu_hours,
+            restart_gpu_hours: s.restart_gpu_hours,
+            startup_gpu_hours: s.startup_gpu_hours,
+            unsaved_at_end_gpu_hours: s.unsaved_at_end_gpu_hours,
+            goodput: acc.goodput(),
+            wait_gpu_hours: s
+                .wait_by_reason_gpu_hours
+                .into_iter()
+                .map(|(r, h)| (r.to_string(), h))
+                .collect(),
+        }
+    }
 }
 
 /// Why a job is where it is: its history from the log with the reason at
@@ -759,6 +813,10 @@ pub async fn explain_job(
     });
     let queue_position =
         explain::queue_position(s, id).map(|(position, of)| QueuePosition { position, of });
+    let ctx = explain::Context::new(
+        gpusched_runtime::wall_clock(),
+        &gpusched_core::CycleConfig::default(),
+    );
     let guaranteed_start_ms = matches!(j.phase, Phase::Queued | Phase::Admitted)
         .then(|| s.reservations().get(&id).and_then(|r| r.start))
         .flatten()
@@ -770,14 +828,9 @@ pub async fn explain_job(
         queue_position,
         reservation_ahead: explain::reservation_ahead(s, id).map(|j| j.0),
         guaranteed_start_ms,
-        history: explain::history_at(
-            &events,
-            s,
-            id,
-            &explain::Context::new(
-                gpusched_runtime::wall_clock(),
-                &gpusched_core::CycleConfig::default(),
-            ),
+        history: explain::history_at(&events, s, id, &ctx),
+        goodput: GoodputView::of(
+            &gpusched_core::goodput::job_account(id, &events, Some(ctx.now)).unwrap_or_default(),
         ),
     }))
 }

@@ -762,6 +762,8 @@ async fn get_cancel_events_and_explain_a_job() {
         StatusCode::NOT_FOUND
     );
 
+    // In-process calls take microseconds: let its wait reach a few ms.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let (s, ex) = api
         .call("GET", &format!("/v1/jobs/{id}/explain"), Some(VISION), None)
         .await;
@@ -777,6 +779,18 @@ async fn get_cancel_events_and_explain_a_job() {
     assert!(
         ex["guaranteed_start_ms"].is_null(),
         "no start time without a reservation"
+    );
+    // Its goodput account: nothing allocated yet, so no goodput; its 16
+    // GPUs have waited since its submission (at least 5 ms), with no
+    // reason given yet.
+    let g = &ex["goodput"];
+    assert_eq!(g["allocated_gpu_hours"], 0.0, "{ex}");
+    assert!(g["goodput"].is_null(), "{ex}");
+    assert!(
+        g["wait_gpu_hours"]["queued"]
+            .as_f64()
+            .is_some_and(|h| h >= 16.0 * 5.0 / 3_600_000.0),
+        "{ex}"
     );
 
     // Its timeline: one open pending bar since its submission; another

@@ -368,7 +368,7 @@ pub fn history_at<'a>(
             ));
         }
     };
-    for e in events {
+    for e in events.iter().copied() {
         if let Event::JobCheckpointed {
             job,
             progress_ms,
@@ -565,8 +565,25 @@ pub fn history_at<'a>(
         out.push(line);
     }
     flush(&mut out, &mut checkpoints);
+    out.extend(gpu_hours_lines(&events, id, ctx.now));
     out.push(now_line(state, id, ctx, cause.as_deref()));
     out
+}
+
+/// Where the job's GPU-hours went so far and how long its GPUs waited
+/// (`goodput`), when it has held or waited for any.
+fn gpu_hours_lines(events: &[&Event], id: JobId, now: Timestamp) -> Vec<String> {
+    let Some(acc) = crate::goodput::job_account(id, events.iter().copied(), Some(now)) else {
+        return Vec::new();
+    };
+    if acc.allocated_gpu_ms == 0 && acc.wait_total_gpu_ms() == 0 {
+        return Vec::new();
+    }
+    let [work, wait] = acc.summary().lines();
+    vec![
+        format!("GPU-hours so far: {work}"),
+        format!("GPU-hours so far: {wait}"),
+    ]
 }
 
 /// Where the job stands at `ctx.now`: its phase, why it waits, what

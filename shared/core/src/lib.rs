@@ -9,8 +9,9 @@
 //! the embedded mode; `limits` holds what bounds a cycle and what it
 //! remembers for the next (every stage reads it, none imports another).
 //! Beside them: `explain` (answers for users, from the state and the log),
-//! `snapshot` (the state's versioned binary encoding) and `tally` (counts
-//! over a log for reports).
+//! `snapshot` (the state's versioned binary encoding), `tally` (counts
+//! over a log for reports) and `goodput` (where every allocated GPU-hour
+//! went: useful work, recovery, capacity wait).
 //!
 //! Must never: perform I/O, read a clock, use randomness, or iterate a hash
 //! map where order affects a decision. Time and limits are passed in; the
@@ -20,6 +21,7 @@ pub mod admission;
 pub mod capacity;
 pub mod cycle;
 pub mod explain;
+pub mod goodput;
 pub mod limits;
 pub mod placement;
 pub mod preemption;
@@ -31,6 +33,7 @@ pub mod tally;
 
 pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
 pub use cycle::{run_cycle, run_cycle_timed, Stage, StageClock};
+pub use goodput::{Account, Goodput, Summary as GoodputSummary, WaitReason};
 pub use limits::{CycleConfig, CycleStats, ScanMemo};
 pub use limits::{PreemptionConfig, VictimOrder};
 pub use state::{worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};

@@ -8,13 +8,15 @@
 //! complete checkpoint is on that checkpoint's flavor and resumes from its
 //! progress, every preemption resumes from the last complete checkpoint,
 //! and lost work is exactly the GPU-time since it; 6 — the log replays to
-//! the same state hash.
+//! the same state hash; 7 — goodput accounting gives every allocated
+//! GPU-ms exactly one part, and its lost + checkpoint parts are what the
+//! log's preemptions and requeues lost.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::{job, tenant, Driver};
-use gpusched_core::{CycleConfig, Phase, PreemptionConfig, VictimOrder};
+use gpusched_core::{CycleConfig, Goodput, Phase, PreemptionConfig, VictimOrder};
 use gpusched_events::{CheckpointRef, Event};
 use gpusched_model::{CheckpointPolicy, JobId, NodeId, Timestamp};
 use proptest::prelude::*;
@@ -543,6 +545,19 @@ proptest! {
         let replayed = d.replay();
         prop_assert_eq!(replayed.state_hash(), d.state.state_hash());
         prop_assert_eq!(replayed.phase_counts(), d.state.phase_counts());
+        let mut goodput = Goodput::default();
+        let mut logged_loss = 0;
+        for e in &d.log {
+            goodput.observe(e, true);
+            if let Event::JobPreempted { lost_gpu_ms, .. } | Event::JobRequeued { lost_gpu_ms, .. } = e {
+                logged_loss += lost_gpu_ms;
+            }
+        }
+        for (tenant, acc) in goodput.totals() {
+            prop_assert_eq!(acc.parts_gpu_ms(), acc.allocated_gpu_ms, "{}: {:?}", tenant, acc);
+        }
+        let all = goodput.overall();
+        prop_assert_eq!(all.lost_gpu_ms + all.checkpoint_gpu_ms, logged_loss);
         if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
             eprintln!(
                 "jobs {} plans {} preempted {} resumed {} events {}",

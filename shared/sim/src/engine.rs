@@ -11,7 +11,7 @@
 use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadKind};
 use gpusched_core::{
-    run_cycle_timed, ApplyError, CycleConfig, Phase, ScanMemo, Stage, StageClock, State,
+    run_cycle_timed, ApplyError, CycleConfig, Goodput, Phase, ScanMemo, Stage, StageClock, State,
 };
 use gpusched_events::{Event, Outcome, PreemptionCause};
 use gpusched_model::{JobId, Timestamp};
@@ -134,6 +134,8 @@ pub struct Measurements {
     pub wall_s: f64,
     /// Virtual time at the end.
     pub end: Timestamp,
+    /// Where every allocated GPU-hour went (`gpusched_core::goodput`).
+    pub goodput: Goodput,
 }
 
 /// A running simulation.
@@ -269,6 +271,7 @@ impl Simulator {
     /// Counts what the report needs from every applied event.
     fn observe(&mut self, e: &Event) {
         let m = &mut self.measurements;
+        m.goodput.observe(e, true);
         match e {
             Event::JobPreempted { lost_gpu_ms, .. } => {
                 m.preemptions += 1;

@@ -7,7 +7,7 @@
 //! Must never: change the simulation.
 
 use crate::engine::Simulator;
-use gpusched_core::Phase;
+use gpusched_core::{GoodputSummary, Phase};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -105,6 +105,8 @@ pub struct TenantReport {
     pub jobs_finished: u64,
     /// Submit → first start, seconds.
     pub wait_s: Percentiles,
+    /// Where its allocated GPU-hours went, and its capacity wait.
+    pub goodput: GoodputSummary,
 }
 
 /// The whole report.
@@ -168,6 +170,9 @@ pub struct Report {
     pub reclaim_imbalances: usize,
     /// The first few such reclaims, as text.
     pub reclaim_imbalance_examples: Vec<String>,
+    /// Where every allocated GPU-hour went, and the capacity wait
+    /// (`gpusched_core::goodput`).
+    pub goodput: GoodputSummary,
     /// Replay of the recorded log gave the same hash (when checked).
     pub replay_hash_matches: Option<bool>,
 }
@@ -184,6 +189,9 @@ impl Report {
         let (mut finished, mut submitted) = (0, 0);
         for t in state.tenants() {
             tenants.entry(t.spec.name.clone()).or_default();
+        }
+        for (name, acc) in m.goodput.totals() {
+            tenants.entry(name).or_default().0.goodput = acc.summary();
         }
         for id in 1..=state.job_count() as u64 {
             let Some(j) = state.job(gpusched_model::JobId(id)) else {
@@ -301,6 +309,7 @@ impl Report {
                 .take(5)
                 .map(|(j, t)| format!("job {j}: {t}"))
                 .collect(),
+            goodput: m.goodput.overall().summary(),
             replay_hash_matches: None,
         }
     }
@@ -377,23 +386,54 @@ impl Report {
             self.big_gang_wait_s.p99,
             self.big_gang_wait_s.max
         );
+        let [work, wait] = self.goodput.lines();
+        let _ = writeln!(s, "  GPU-hours      {work}");
+        let _ = writeln!(s, "                 {wait}");
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "  {:<16} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}",
-            "wait (s)", "submitted", "finished", "p50", "p90", "p99", "max"
+            "  {:<16} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}",
+            "wait (s)",
+            "submitted",
+            "finished",
+            "p50",
+            "p90",
+            "p99",
+            "max",
+            "goodput",
+            "wait GPU-h"
         );
-        let mut row = |name: &str, sub: u64, fin: u64, w: &Percentiles| {
+        let mut row = |name: &str, sub: u64, fin: u64, w: &Percentiles, g: &GoodputSummary| {
             let _ = writeln!(
                 s,
-                "  {:<16} {:>9} {:>9} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
-                name, sub, fin, w.p50, w.p90, w.p99, w.max
+                "  {:<16} {:>9} {:>9} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>7.1}% {:>10.1}",
+                name,
+                sub,
+                fin,
+                w.p50,
+                w.p90,
+                w.p99,
+                w.max,
+                g.goodput * 100.0,
+                g.wait_gpu_hours
             );
         };
         for (name, t) in &self.tenants {
-            row(name, t.jobs_submitted, t.jobs_finished, &t.wait_s);
+            row(
+                name,
+                t.jobs_submitted,
+                t.jobs_finished,
+                &t.wait_s,
+                &t.goodput,
+            );
         }
-        row("all", self.jobs_submitted, self.jobs_finished, &self.wait_s);
+        row(
+            "all",
+            self.jobs_submitted,
+            self.jobs_finished,
+            &self.wait_s,
+            &self.goodput,
+        );
         let _ = writeln!(s);
         if let Some(ok) = self.replay_hash_matches {
             let _ = writeln!(s, "replay_hash_matches: {ok}");

@@ -3,19 +3,11 @@
 
 use gpusched_core::Phase;
 use gpusched_sim::workload::{self, ItpOptions, SyntheticOptions};
-use gpusched_sim::{replay, Cluster, Report, SimOptions, Simulator, Workload};
+use gpusched_sim::{replay, Cluster, Report, Workload};
 use std::path::Path;
 
-fn run(cluster: &Cluster, w: Workload) -> Simulator {
-    let opts = SimOptions {
-        cycle: cluster.cycle,
-        until: None,
-        record_events: true,
-    };
-    let mut sim = Simulator::new(cluster, w, opts).unwrap();
-    sim.run(&mut |_| {}).unwrap();
-    sim
-}
+mod common;
+use common::run;
 
 fn synthetic(cluster: &Cluster, jobs: usize, seed: u64) -> Workload {
     workload::synthetic(&SyntheticOptions {
