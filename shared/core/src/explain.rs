@@ -33,7 +33,9 @@ use crate::capacity::CapacityOverlay;
 use crate::limits::{CycleConfig, PreemptionConfig};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
-use gpusched_events::{Assignment, Event, Outcome, PendingReason, PreemptionCause, RequeueReason};
+use gpusched_events::{
+    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RequeueReason,
+};
 use gpusched_model::{JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
 use words::{declared, duration, gpu_hours, offset, relative, within};
 
@@ -356,16 +358,7 @@ pub fn history_at<'a>(
     let mut checkpoints: Option<(u32, Timestamp, u64, String)> = None;
     let flush = |out: &mut Vec<String>, c: &mut Option<(u32, Timestamp, u64, String)>| {
         if let Some((n, at, progress_ms, uri)) = c.take() {
-            let many = if n > 1 {
-                format!(" ({n} checkpoints since the last step)")
-            } else {
-                String::new()
-            };
-            out.push(format!(
-                "{} checkpoint complete: {} of work saved ({uri}){many}",
-                secs(at),
-                duration(progress_ms)
-            ));
+            out.push(checkpoints_line(&secs(at), n, progress_ms, &uri));
         }
     };
     for e in events.iter().copied() {
@@ -388,40 +381,7 @@ pub fn history_at<'a>(
         let line = match e {
             Event::JobSubmitted { job, spec, at } if *job == id => {
                 level = spec.topology.clone();
-                let mut declares = Vec::new();
-                if let Some(c) = spec.checkpoint {
-                    declares.push(format!(
-                        "a checkpoint every {} (each takes {})",
-                        declared(c.interval_s),
-                        declared(c.duration_s)
-                    ));
-                }
-                if let Some(m) = spec.max_runtime_s {
-                    declares.push(format!("a max runtime of {}", declared(m)));
-                }
-                let declares = if declares.is_empty() {
-                    String::new()
-                } else {
-                    format!("; declares {}", declares.join(" and "))
-                };
-                let task = spec.array.map_or(String::new(), |a| {
-                    format!(" as task {} of array {}", a.index, a.array)
-                });
-                format!(
-                    "{} submitted{task} to {}: {}×{} GPUs {}, priority {}{}{}",
-                    secs(*at),
-                    spec.tenant,
-                    spec.workers,
-                    spec.gpus_per_worker,
-                    within(&spec.topology),
-                    spec.priority,
-                    if spec.preemptible {
-                        ", preemptible"
-                    } else {
-                        ", not preemptible"
-                    },
-                    declares
-                )
+                submitted_line(&secs(*at), spec)
             }
             Event::JobAccepted { job } if *job == id => {
                 "             accepted into its tenant's queue".to_string()
@@ -451,18 +411,7 @@ pub fn history_at<'a>(
                 assignments,
                 start,
                 at,
-            } if *job == id => format!(
-                "{} reserved {} for it, {}",
-                secs(*at),
-                node_list(state, assignments),
-                match start {
-                    Some(t) => format!(
-                        "guaranteed free at {} (by the running jobs' max runtimes)",
-                        offset(*t, t0)
-                    ),
-                    None => "start unknown: a job in the way declares no max runtime".to_string(),
-                }
-            ),
+            } if *job == id => reserved_line(state, &secs(*at), assignments, *start, t0),
             Event::JobBound {
                 job,
                 assignments,
@@ -489,24 +438,10 @@ pub fn history_at<'a>(
             } => {
                 if *beneficiary == id {
                     cause = Some(cause_text(c));
-                    let names: Vec<String> = victims.iter().map(|v| v.job.to_string()).collect();
-                    format!(
-                        "{} preemption planned for it ({}): victims {} (least work lost since their last checkpoints)",
-                        secs(*at),
-                        cause_text(c),
-                        names.join(", ")
-                    )
-                } else if let Some(v) = victims.iter().find(|v| v.job == id) {
-                    format!(
-                        "{} chosen as a victim for job {beneficiary} ({}): expected loss {}, cost {}; stops by {} at the latest, or on its next complete checkpoint",
-                        secs(*at),
-                        cause_text(c),
-                        gpu_hours(v.expected_lost_gpu_ms),
-                        gpu_hours(v.cost),
-                        offset(v.deadline, t0)
-                    )
-                } else {
-                    continue;
+                }
+                match plan_line(id, &secs(*at), *beneficiary, c, victims, t0) {
+                    Some(line) => line,
+                    None => continue,
                 }
             }
             Event::JobPreempted {
@@ -514,36 +449,13 @@ pub fn history_at<'a>(
                 lost_gpu_ms,
                 resume_from,
                 at,
-            } if *job == id => format!(
-                "{} preempted: lost {} since its last complete checkpoint; resumes {}",
-                secs(*at),
-                gpu_hours(*lost_gpu_ms),
-                match resume_from {
-                    Some(c) => format!(
-                        "from {} at {} of work, on the same flavor and shape",
-                        c.uri,
-                        duration(c.progress_ms)
-                    ),
-                    None => "from scratch (no complete checkpoint)".to_string(),
-                }
-            ),
+            } if *job == id => preempted_line(&secs(*at), *lost_gpu_ms, resume_from.as_ref()),
             Event::JobRequeued {
                 job,
                 reason,
                 lost_gpu_ms,
                 at,
-            } if *job == id => {
-                let RequeueReason::NodeLost { node } = reason;
-                let name = state
-                    .nodes()
-                    .get(node.index())
-                    .map_or_else(|| node.to_string(), |n| n.spec.name.clone());
-                format!(
-                    "{} requeued: node {name} was lost; lost {}",
-                    secs(*at),
-                    gpu_hours(*lost_gpu_ms)
-                )
-            }
+            } if *job == id => requeued_line(state, &secs(*at), reason, *lost_gpu_ms),
             Event::JobFinished {
                 job,
                 outcome,
@@ -584,6 +496,135 @@ fn gpu_hours_lines(events: &[&Event], id: JobId, now: Timestamp) -> Vec<String> 
         format!("GPU-hours so far: {work}"),
         format!("GPU-hours so far: {wait}"),
     ]
+}
+
+/// A `JobSubmitted` line: the shape, where, priority, what it declares.
+fn submitted_line(at: &str, spec: &gpusched_model::JobSpec) -> String {
+    let mut declares = Vec::new();
+    if let Some(c) = spec.checkpoint {
+        declares.push(format!(
+            "a checkpoint every {} (each takes {})",
+            declared(c.interval_s),
+            declared(c.duration_s)
+        ));
+    }
+    if let Some(m) = spec.max_runtime_s {
+        declares.push(format!("a max runtime of {}", declared(m)));
+    }
+    let declares = if declares.is_empty() {
+        String::new()
+    } else {
+        format!("; declares {}", declares.join(" and "))
+    };
+    let task = spec.array.map_or(String::new(), |a| {
+        format!(" as task {} of array {}", a.index, a.array)
+    });
+    format!(
+        "{} submitted{task} to {}: {}×{} GPUs {}, priority {}{}{}",
+        at,
+        spec.tenant,
+        spec.workers,
+        spec.gpus_per_worker,
+        within(&spec.topology),
+        spec.priority,
+        if spec.preemptible {
+            ", preemptible"
+        } else {
+            ", not preemptible"
+        },
+        declares
+    )
+}
+
+/// Consecutive checkpoints as one line: how many, and the last.
+fn checkpoints_line(at: &str, n: u32, progress_ms: u64, uri: &str) -> String {
+    let many = if n > 1 {
+        format!(" ({n} checkpoints since the last step)")
+    } else {
+        String::new()
+    };
+    format!(
+        "{at} checkpoint complete: {} of work saved ({uri}){many}",
+        duration(progress_ms)
+    )
+}
+
+/// A `ReservationMade` line: the nodes, and a start only where guaranteed.
+fn reserved_line(
+    state: &State,
+    at: &str,
+    assignments: &[Assignment],
+    start: Option<Timestamp>,
+    t0: Timestamp,
+) -> String {
+    format!(
+        "{at} reserved {} for it, {}",
+        node_list(state, assignments),
+        match start {
+            Some(t) => format!(
+                "guaranteed free at {} (by the running jobs' max runtimes)",
+                offset(t, t0)
+            ),
+            None => "start unknown: a job in the way declares no max runtime".to_string(),
+        }
+    )
+}
+
+/// A `PreemptionPlanned` line for the job: its beneficiary's or a
+/// victim's; `None` for a plan that does not name it.
+fn plan_line(
+    id: JobId,
+    at: &str,
+    beneficiary: JobId,
+    c: &PreemptionCause,
+    victims: &[gpusched_events::Victim],
+    t0: Timestamp,
+) -> Option<String> {
+    if beneficiary == id {
+        let names: Vec<String> = victims.iter().map(|v| v.job.to_string()).collect();
+        return Some(format!(
+            "{at} preemption planned for it ({}): victims {} (least work lost since their last checkpoints)",
+            cause_text(c),
+            names.join(", ")
+        ));
+    }
+    let v = victims.iter().find(|v| v.job == id)?;
+    Some(format!(
+        "{at} chosen as a victim for job {beneficiary} ({}): expected loss {}, cost {}; stops by {} at the latest, or on its next complete checkpoint",
+        cause_text(c),
+        gpu_hours(v.expected_lost_gpu_ms),
+        gpu_hours(v.cost),
+        offset(v.deadline, t0)
+    ))
+}
+
+/// A `JobPreempted` line: what it lost and where it resumes from.
+fn preempted_line(at: &str, lost_gpu_ms: u64, resume_from: Option<&CheckpointRef>) -> String {
+    format!(
+        "{at} preempted: lost {} since its last complete checkpoint; resumes {}",
+        gpu_hours(lost_gpu_ms),
+        match resume_from {
+            Some(c) => format!(
+                "from {} at {} of work, on the same flavor and shape",
+                c.uri,
+                duration(c.progress_ms)
+            ),
+            None => "from scratch (no complete checkpoint)".to_string(),
+        }
+    )
+}
+
+/// A `JobRequeued` line: the node lost, and the work with it.
+fn requeued_line(state: &State, at: &str, reason: &RequeueReason, lost_gpu_ms: u64) -> String {
+    let RequeueReason::NodeLost { node } = reason;
+    let name = state
+        .nodes()
+        .get(node.index())
+        .map_or_else(|| node.to_string(), |n| n.spec.name.clone());
+    format!(
+        "{at} requeued: node {name} was lost; lost {}",
+        gpu_hours(lost_gpu_ms)
+    )
 }
 
 /// Where the job stands at `ctx.now`: its phase, why it waits, what
