@@ -294,6 +294,13 @@ struct Track {
 }
 
 impl Track {
+    /// Back in the queue at `at`, to resume from `resume_ms` of work.
+    fn requeue(&mut self, resume_ms: u64, at: Timestamp) {
+        self.resume_ms = resume_ms;
+        self.saved_ms = self.saved_ms.max(resume_ms);
+        self.wait = Some((at, WaitReason::Requeued));
+    }
+
     fn close_wait(&mut self, at: Timestamp) {
         if let Some((since, reason)) = self.wait.take() {
             let ms = at.millis_since(since);
@@ -505,15 +512,6 @@ impl Goodput {
     /// Jobs it tracks now (not ended): what bounds its memory.
     pub fn in_flight(&self) -> usize {
         self.live.len()
-    }
-}
-
-impl Track {
-    /// Back in the queue at `at`, to resume from `resume_ms` of work.
-    fn requeue(&mut self, resume_ms: u64, at: Timestamp) {
-        self.resume_ms = resume_ms;
-        self.saved_ms = self.saved_ms.max(resume_ms);
-        self.wait = Some((at, WaitReason::Requeued));
     }
 }
 
