@@ -430,7 +430,8 @@ impl CapacityIndex {
         self.flavor_capacity(f) > 0
     }
 
-    fn dom_free(&self, ov: &CapacityOverlay, d: DomainIdx) -> Gpus {
+    /// Free GPUs of a domain counting tentative allocations.
+    pub fn dom_free(&self, ov: &CapacityOverlay, d: DomainIdx) -> Gpus {
         ov.domains
             .get(&d)
             .map_or(self.domains[d as usize].free, |(f, _)| *f)
@@ -502,15 +503,21 @@ impl CapacityIndex {
         best.map(|(_, d)| d)
     }
 
-    /// Worker slots of `g` GPUs in a domain's schedulable nodes, with some
-    /// nodes' free GPUs replaced by `overrides` (node, free now, free after).
+    /// Worker slots of `g` GPUs in a domain's schedulable nodes, counting
+    /// tentative allocations in `ov`, with some nodes' free GPUs replaced by
+    /// `overrides` (node, free now as `free_with` reads it, free after).
     pub fn domain_slots_with(
         &self,
+        ov: &CapacityOverlay,
         d: DomainIdx,
         g: Gpus,
         overrides: &[(NodeId, Gpus, Gpus)],
     ) -> u64 {
-        let base = slots(&self.domains[d as usize].hist, g);
+        let hist = ov
+            .domains
+            .get(&d)
+            .map_or(&self.domains[d as usize].hist, |(_, h)| h);
+        let base = slots(hist, g);
         let g = g.max(1) as u64;
         let minus: u64 = overrides.iter().map(|&(_, now, _)| now as u64 / g).sum();
         let plus: u64 = overrides

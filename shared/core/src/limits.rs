@@ -148,6 +148,9 @@ pub struct PreemptionConfig {
     pub max_candidates: usize,
     /// Beneficiaries examined per cycle.
     pub max_beneficiaries: usize,
+    /// Candidate victims looked at per cycle, over all beneficiaries: the
+    /// stage takes no further beneficiary once this many were looked at.
+    pub max_cycle_candidates: usize,
     /// Victim ordering.
     pub order: VictimOrder,
 }
@@ -164,7 +167,8 @@ impl Default for PreemptionConfig {
             wait_window_ms: 30_000,
             max_sets: 16,
             max_candidates: 512,
-            max_beneficiaries: 8,
+            max_beneficiaries: 1024,
+            max_cycle_candidates: 16_384,
             order: VictimOrder::Checkpoint,
         }
     }

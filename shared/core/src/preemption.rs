@@ -25,7 +25,7 @@
 //! a tenant within its nominal quota, or allocate GPUs (placement binds the
 //! beneficiary once the victims' GPUs are released).
 
-use crate::capacity::{pack_in_order, DomainIdx, FlavorIdx};
+use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
 use crate::limits::{CycleConfig, ScanMemo};
 use crate::limits::{SearchStamp, VictimOrder};
 use crate::quota::{self, QuotaOverlay};
@@ -33,6 +33,7 @@ use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
 use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeSet;
 
 /// What a preemption pass did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -187,6 +188,118 @@ struct Plan {
     reserve: Vec<Assignment>,
 }
 
+/// What the plans already made will do once they land — those in flight
+/// and those made earlier in this pass — so the next search counts quota
+/// and room as they will be: victims that are stopping give their quota
+/// back, queued beneficiaries are charged theirs, and room promised to a
+/// beneficiary is no one else's.
+#[derive(Default)]
+struct Pass {
+    /// Quota once the plans land.
+    quota: QuotaOverlay,
+    /// Queued beneficiaries charged in `quota`.
+    charged: FxHashSet<JobId>,
+    /// Free GPUs this pass's beneficiaries will bind in.
+    room: CapacityOverlay,
+    /// Nodes reserved for this pass's beneficiaries.
+    reserved: FxHashSet<NodeId>,
+    /// Victims this pass's plans took.
+    taken: FxHashSet<JobId>,
+    /// Flavors this pass planned in.
+    flavors: FxHashSet<FlavorIdx>,
+}
+
+impl Pass {
+    /// The preemptions in flight: their victims still stopping, their
+    /// queued beneficiaries waiting for them or for admission.
+    fn in_flight(state: &State) -> Pass {
+        let mut pass = Pass::default();
+        let mut waiting: BTreeSet<JobId> = state.reclaim_holders().collect();
+        for (beneficiary, victims) in state.plans() {
+            waiting.insert(beneficiary);
+            for &v in victims {
+                if let Some(j) = state.job(v).filter(|j| j.phase == Phase::Preempting) {
+                    pass.give_back(state, j);
+                }
+            }
+        }
+        for b in waiting {
+            let Some(j) = state.job(b).filter(|j| j.phase == Phase::Queued) else {
+                continue;
+            };
+            if let (Some(t), Some(f)) = (j.tenant, state.planned_flavor(b)) {
+                pass.quota.charge(state, t, f, j.spec.total_gpus());
+                pass.charged.insert(b);
+            }
+        }
+        pass
+    }
+
+    /// A stopping victim's GPUs go back to its tenant's quota.
+    fn give_back(&mut self, state: &State, victim: &Job) {
+        if let (Some(t), Some(f)) = (victim.tenant, victim.flavor) {
+            self.quota.release(state, t, f, victim.spec.total_gpus());
+        }
+    }
+
+    /// A victim taken earlier in this pass.
+    fn take_victim(&mut self, state: &State, victim: JobId) {
+        if self.taken.insert(victim) {
+            if let Some(j) = state.job(victim) {
+                self.give_back(state, j);
+            }
+        }
+    }
+
+    /// The quota `job`'s search reads: without its own charge, if any.
+    fn quota_without(&self, state: &State, job: &Job) -> QuotaOverlay {
+        let mut quota = self.quota.clone();
+        if self.charged.contains(&job.id) {
+            if let (Some(t), Some(f)) = (job.tenant, state.planned_flavor(job.id)) {
+                quota.release(state, t, f, job.spec.total_gpus());
+            }
+        }
+        quota
+    }
+
+    /// Counts a plan made for `job`.
+    fn record(&mut self, state: &State, job: &Job, need: &Need, plan: &Plan) {
+        let cap = state.capacity();
+        for v in &plan.victims {
+            self.take_victim(state, v.job);
+        }
+        if let (Phase::Queued, Some(t)) = (job.phase, job.tenant) {
+            self.quota
+                .charge(state, t, need.flavor, job.spec.total_gpus());
+            self.charged.insert(job.id);
+        }
+        if plan.reserve.is_empty() {
+            // It will bind in room free now: that room is its.
+            let mut probes = 0;
+            let nodes = cap
+                .find_domain(
+                    &self.room,
+                    need.flavor,
+                    need.level,
+                    need.workers,
+                    need.g,
+                    &mut probes,
+                )
+                .and_then(|d| cap.choose_nodes(&self.room, d, need.workers, need.g));
+            if let Some(nodes) = nodes {
+                cap.take(&mut self.room, &nodes);
+            }
+        }
+        for a in &plan.reserve {
+            if self.reserved.insert(a.node) && cap.is_schedulable(a.node) {
+                let gpus = cap.free_with(&self.room, a.node);
+                cap.take(&mut self.room, &[Assignment { node: a.node, gpus }]);
+            }
+        }
+        self.flavors.insert(need.flavor);
+    }
+}
+
 /// Runs the preemption stage at `now`.
 pub fn decide(
     state: &State,
@@ -221,7 +334,7 @@ pub fn decide(
     }
     // 2. Preemptible backfill leaves reservations whose nodes are needed.
     let mut planned_for: FxHashSet<JobId> = FxHashSet::default();
-    let mut taken: FxHashSet<JobId> = FxHashSet::default();
+    let mut pass = Pass::in_flight(state);
     for (&owner, r) in state.reservations() {
         if r.for_preemption || r.backfill.is_empty() || state.plan(owner).is_some() {
             continue;
@@ -232,7 +345,9 @@ pub fn decide(
         if let Some(victims) = backfill_to_evict(state, cfg, owner, now) {
             stats.planned += 1;
             planned_for.insert(owner);
-            taken.extend(victims.iter().map(|v| v.job));
+            for v in &victims {
+                pass.take_victim(state, v.job);
+            }
             events.push(Event::PreemptionPlanned {
                 beneficiary: owner,
                 cause: PreemptionCause::Reservation,
@@ -242,24 +357,27 @@ pub fn decide(
             });
         }
     }
-    // 3. Beneficiaries: reclaim and priority preemption.
-    let mut flavors_planned: FxHashSet<FlavorIdx> = FxHashSet::default();
+    // 3. Beneficiaries: reclaim and priority preemption, as many as the
+    // cycle's bounds allow. Each plan is counted in `pass` before the next
+    // search, so a later one neither counts the same quota or room twice
+    // nor takes a victim twice.
+    let limits = &cfg.preemption;
     for id in state.wants_preemption() {
-        if stats.beneficiaries as usize >= cfg.preemption.max_beneficiaries {
+        if stats.beneficiaries as usize >= limits.max_beneficiaries
+            || stats.candidates as usize >= limits.max_cycle_candidates
+        {
             break;
         }
         if state.plan(id).is_some() || planned_for.contains(&id) {
             continue;
         }
         let Some(job) = state.job(id) else { continue };
-        let Some(need) = need_of(state, job) else {
+        let quota = pass.quota_without(state, job);
+        let Some(need) = need_of(state, &quota, job) else {
             continue;
         };
         let stamp = SearchStamp::of(state, job, &need);
         if memo.preempt_failed.get(&id) == Some(&stamp) {
-            continue;
-        }
-        if flavors_planned.contains(&need.flavor) {
             continue;
         }
         stats.beneficiaries += 1;
@@ -269,7 +387,8 @@ pub fn decide(
             job,
             need: &need,
             now,
-            taken: &taken,
+            pass: &pass,
+            quota: &quota,
         };
         let mut tally = Tally::default();
         let planned = plan(&search, &mut tally);
@@ -278,8 +397,8 @@ pub fn decide(
         match planned {
             Some(p) => {
                 stats.planned += 1;
-                flavors_planned.insert(need.flavor);
-                taken.extend(p.victims.iter().map(|v| v.job));
+                planned_for.insert(id);
+                pass.record(state, job, &need, &p);
                 events.push(Event::PreemptionPlanned {
                     beneficiary: id,
                     cause: need.cause.clone(),
@@ -290,8 +409,12 @@ pub fn decide(
             }
             // Not remembered: a failure only for want of old-enough victims
             // (time alone may cure it), nor a job that needs no victims
-            // (others binding first take its room without a version bump).
-            None if !tally.young && !tally.fits_without_victims => {
+            // (others binding first take its room without a version bump),
+            // nor one that plans earlier in this pass may have caused.
+            None if !tally.young
+                && !tally.fits_without_victims
+                && !pass.flavors.contains(&need.flavor) =>
+            {
                 memo.preempt_failed.insert(id, stamp);
             }
             None => {}
@@ -347,15 +470,17 @@ pub fn search_report(
     now: Timestamp,
 ) -> Option<SearchReport> {
     let job = state.job(beneficiary)?;
-    let need = need_of(state, job)?;
-    let taken = FxHashSet::default();
+    let pass = Pass::in_flight(state);
+    let quota = pass.quota_without(state, job);
+    let need = need_of(state, &quota, job)?;
     let search = Search {
         state,
         cfg,
         job,
         need: &need,
         now,
-        taken: &taken,
+        pass: &pass,
+        quota: &quota,
     };
     let mut tally = Tally {
         record: Some(Record::default()),
@@ -383,22 +508,22 @@ pub fn search_report(
     })
 }
 
-/// What a waiting job needs freed, if preemption may help it.
-fn need_of(state: &State, job: &Job) -> Option<Need> {
+/// What a waiting job needs freed, if preemption may help it, with quota
+/// as `ov` says it will be.
+fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
     let t = job.tenant?;
     let tenant = state.tenant(t);
-    let ov = QuotaOverlay::default();
     let (workers, g, level) = (job.spec.workers, job.spec.gpus_per_worker, job.level);
     match job.phase {
         Phase::Queued => {
             let need = job.spec.total_gpus();
             for &f in &job.flavors {
                 let Some(q) = tenant.quota(f) else { continue };
-                match quota::check(state, &ov, t, f, need) {
+                match quota::check(state, ov, t, f, need) {
                     Ok(_) => return None,
                     Err(quota::Blocked::Cohort { lendable_left, .. }) => {
                         // Reclaim: the owner's job fits its own nominal quota.
-                        let used = tenant.used(f);
+                        let used = ov.used(state, t, f);
                         if used + need <= q.nominal {
                             let draw = tenant.pool_draw(f, used + need) - tenant.pool_draw(f, used);
                             return Some(Need {
@@ -444,13 +569,12 @@ fn need_of(state: &State, job: &Job) -> Option<Need> {
             let f = job.flavor?;
             // Within its nominal quota but without room, because borrowers
             // hold it: reclaim room (no quota is missing).
-            let within = tenant.quota(f).is_some_and(|q| tenant.used(f) <= q.nominal);
-            let borrowers = tenant.cohort.is_some_and(|c| {
-                state.cohort(c).members.iter().any(|&u| {
-                    let tu = state.tenant(u);
-                    u != t && tu.used(f) > tu.quota(f).map_or(0, |q| q.nominal)
-                })
-            });
+            let within = tenant
+                .quota(f)
+                .is_some_and(|q| ov.used(state, t, f) <= q.nominal);
+            let borrowers = tenant
+                .cohort
+                .is_some_and(|c| !borrowers(state, ov, c, f, t).is_empty());
             if within && borrowers {
                 return Some(Need {
                     flavor: f,
@@ -492,8 +616,35 @@ struct Search<'a> {
     job: &'a Job,
     need: &'a Need,
     now: Timestamp,
-    /// Victims already taken by plans earlier in this pass.
-    taken: &'a FxHashSet<JobId>,
+    /// What plans already made will do.
+    pass: &'a Pass,
+    /// Quota as it will be once they land (without the beneficiary's own
+    /// charge).
+    quota: &'a QuotaOverlay,
+}
+
+/// Tenants of cohort `c` other than `except` that borrow in flavor `f`,
+/// with quota as `ov` says it will be.
+fn borrowers(
+    state: &State,
+    ov: &QuotaOverlay,
+    c: crate::state::CohortIdx,
+    f: FlavorIdx,
+    except: TenantIdx,
+) -> Vec<TenantIdx> {
+    state
+        .cohort(c)
+        .members
+        .iter()
+        .copied()
+        .filter(|&u| u != except && over_nominal(state, ov, u, f) > 0)
+        .collect()
+}
+
+/// GPUs tenant `u` uses in flavor `f` above its nominal quota.
+fn over_nominal(state: &State, ov: &QuotaOverlay, u: TenantIdx, f: FlavorIdx) -> Gpus {
+    let nominal = state.tenant(u).quota(f).map_or(0, |q| q.nominal);
+    ov.used(state, u, f).saturating_sub(nominal)
 }
 
 /// One beneficiary's victim search: what it counted.
@@ -540,8 +691,10 @@ fn candidates(
         job,
         need,
         now,
-        taken,
+        pass,
+        quota,
     } = *s;
+    let taken = &pass.taken;
     let young = &mut tally.young;
     let looked = &mut tally.looked;
     let p = &cfg.preemption;
@@ -557,7 +710,7 @@ fn candidates(
             let Some(c) = state.tenant(t).cohort else {
                 return (out, slack);
             };
-            state.borrowers(c, f, t)
+            borrowers(state, quota, c, f, t)
         }
         _ => vec![t],
     };
@@ -579,10 +732,7 @@ fn candidates(
             && v.spec.priority >= job.spec.priority)
     };
     for &u in &tenants {
-        let tu = state.tenant(u);
-        let over = tu
-            .used(f)
-            .saturating_sub(tu.quota(f).map_or(0, |q| q.nominal));
+        let over = over_nominal(state, quota, u, f);
         slack.insert(
             u,
             match need.cause {
@@ -714,12 +864,15 @@ fn own_reserved(state: &State, beneficiary: JobId) -> Vec<NodeId> {
         .unwrap_or_default()
 }
 
-/// Free GPUs of a node the beneficiary may use (schedulable or its own
-/// reserved node), `None` if it may not.
-fn usable_free(state: &State, n: NodeId, own: &[NodeId]) -> Option<Gpus> {
+/// Free GPUs of a node the beneficiary may use (schedulable and not
+/// reserved earlier in this pass, or its own reserved node), `None` if it
+/// may not.
+fn usable_free(state: &State, pass: &Pass, n: NodeId, own: &[NodeId]) -> Option<Gpus> {
     let cap = state.capacity();
-    if cap.is_schedulable(n) {
-        Some(cap.node_free(n))
+    if pass.reserved.contains(&n) {
+        None
+    } else if cap.is_schedulable(n) {
+        Some(cap.free_with(&pass.room, n))
     } else if own.contains(&n) {
         Some(cap.node_raw_free(n))
     } else {
@@ -730,6 +883,7 @@ fn usable_free(state: &State, n: NodeId, own: &[NodeId]) -> Option<Gpus> {
 /// Whether the beneficiary fits in domain `d` once `chosen` are gone.
 fn fits_after(
     state: &State,
+    pass: &Pass,
     d: DomainIdx,
     need: &Need,
     cands: &[Cand],
@@ -738,10 +892,15 @@ fn fits_after(
 ) -> bool {
     let cap = state.capacity();
     let freed = freed_in(state, Some(d), need.level, cands, chosen);
+    // Nodes reserved earlier in this pass hold nothing for it: their free
+    // GPUs are taken in the overlay and what victims free there is not its.
     let mut overrides: Vec<(NodeId, Gpus, Gpus)> = freed
         .iter()
-        .filter(|(n, _)| cap.is_schedulable(**n))
-        .map(|(&n, &f)| (n, cap.node_free(n), cap.node_free(n) + f))
+        .filter(|(n, _)| cap.is_schedulable(**n) && !pass.reserved.contains(*n))
+        .map(|(&n, &f)| {
+            let now = cap.free_with(&pass.room, n);
+            (n, now, now + f)
+        })
         .collect();
     // Own reserved nodes are not in the domain's counts: add them whole.
     for &n in own {
@@ -750,7 +909,7 @@ fn fits_after(
             overrides.push((n, 0, after));
         }
     }
-    cap.domain_slots_with(d, need.g, &overrides) >= need.workers as u64
+    cap.domain_slots_with(&pass.room, d, need.g, &overrides) >= need.workers as u64
 }
 
 /// Quota freed by a set of victims, counting only what each victim's
@@ -814,19 +973,163 @@ fn add_for_quota(
     }
 }
 
+/// The victims a search took from, and what bounds what it may take.
+struct Pool<'a> {
+    search: &'a Search<'a>,
+    cands: Vec<Cand>,
+    slack: FxHashMap<TenantIdx, Gpus>,
+    /// The beneficiary's own reserved nodes.
+    own: Vec<NodeId>,
+}
+
+impl Pool<'_> {
+    /// Whether `chosen` frees the quota missing and, in domain `d`, room.
+    fn satisfied(&self, chosen: &[usize], d: Option<DomainIdx>) -> bool {
+        let s = self.search;
+        quota_freed(&self.cands, chosen, &self.slack) >= s.need.quota
+            && d.is_none_or(|d| {
+                fits_after(s.state, s.pass, d, s.need, &self.cands, chosen, &self.own)
+            })
+    }
+
+    /// Drops victims, most recently added first, while the rest suffices.
+    fn minimal(&self, mut chosen: Vec<usize>, d: Option<DomainIdx>) -> Vec<usize> {
+        let mut i = chosen.len();
+        while i > 0 {
+            i -= 1;
+            let mut without = chosen.clone();
+            without.remove(i);
+            if self.satisfied(&without, d) {
+                chosen = without;
+            }
+        }
+        chosen
+    }
+
+    /// What the search minimises: summed cost, or (Kueue) the count.
+    fn key_of(&self, chosen: &[usize]) -> u64 {
+        match self.search.cfg.preemption.order {
+            VictimOrder::Checkpoint => chosen.iter().map(|&i| self.cands[i].cost).sum(),
+            VictimOrder::Kueue => chosen.len() as u64,
+        }
+    }
+
+    /// Adds victims for the quota missing.
+    fn add_for_quota(&self, chosen: &mut Vec<usize>) {
+        let s = self.search;
+        add_for_quota(
+            &self.cands,
+            chosen,
+            &self.slack,
+            s.need.quota,
+            s.cfg.preemption.order,
+        );
+    }
+
+    /// Costs one set: made minimal when it suffices, recorded for a review.
+    fn cost(
+        &self,
+        tally: &mut Tally,
+        mut chosen: Vec<usize>,
+        d: Option<DomainIdx>,
+    ) -> Option<(u64, Vec<usize>, Option<DomainIdx>)> {
+        tally.sets += 1;
+        let suffices = self.satisfied(&chosen, d);
+        if suffices {
+            chosen = self.minimal(chosen, d);
+        }
+        let key = self.key_of(&chosen);
+        tally.record_set(|| CostedSet {
+            domain: d.map(|d| domain_label(self.search.state, d)),
+            victims: chosen.iter().map(|&i| self.cands[i].victim()).collect(),
+            key,
+            suffices,
+        });
+        suffices.then_some((key, chosen, d))
+    }
+
+    /// Domains holding candidates that could hold the gang once they
+    /// leave, most potential room first; among equals, the one with the
+    /// cheapest candidate (cost per GPU) first.
+    fn domains(&self) -> Vec<DomainIdx> {
+        let Search {
+            state, pass, need, ..
+        } = *self.search;
+        let cap = state.capacity();
+        let mut potential: FxHashMap<DomainIdx, u64> = FxHashMap::default();
+        let mut cheapest: FxHashMap<DomainIdx, u64> = FxHashMap::default();
+        for c in &self.cands {
+            for a in &c.nodes {
+                if let Some(d) = cap.node_domain(a.node, need.level) {
+                    if usable_free(state, pass, a.node, &self.own).is_some() {
+                        *potential.entry(d).or_default() += a.gpus as u64;
+                        let per_gpu = c.cost / c.gpus.max(1) as u64;
+                        let e = cheapest.entry(d).or_insert(per_gpu);
+                        *e = (*e).min(per_gpu);
+                    }
+                }
+            }
+        }
+        // Free GPUs on its own reserved nodes are not in the domain's count.
+        for &n in &self.own {
+            if let Some(p) = cap
+                .node_domain(n, need.level)
+                .and_then(|d| potential.get_mut(&d))
+            {
+                *p += cap.node_raw_free(n) as u64;
+            }
+        }
+        let mut doms: Vec<(u64, u64, DomainIdx)> = potential
+            .into_iter()
+            .map(|(d, p)| {
+                let c = cheapest.get(&d).copied().unwrap_or(u64::MAX);
+                (p + cap.dom_free(&pass.room, d) as u64, c, d)
+            })
+            .filter(|&(p, _, _)| p >= need.workers as u64 * need.g as u64)
+            .collect();
+        doms.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        doms.into_iter().map(|(_, _, d)| d).collect()
+    }
+
+    /// The set for domain `d`: in-domain victims in order until the gang
+    /// fits, then any still needed to free quota.
+    fn set_in(&self, d: DomainIdx) -> Vec<usize> {
+        let Search {
+            state, pass, need, ..
+        } = *self.search;
+        let cap = state.capacity();
+        let mut chosen: Vec<usize> = Vec::new();
+        for i in 0..self.cands.len() {
+            if fits_after(state, pass, d, need, &self.cands, &chosen, &self.own) {
+                break;
+            }
+            let inside = self.cands[i]
+                .nodes
+                .iter()
+                .any(|a| cap.node_domain(a.node, need.level) == Some(d));
+            if inside && may_add(&self.cands, i, &chosen, &self.slack) {
+                chosen.push(i);
+            }
+        }
+        self.add_for_quota(&mut chosen);
+        chosen
+    }
+}
+
 fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
     let Search {
         state,
         cfg,
         job,
         need,
+        pass,
         ..
     } = *s;
     let cap = state.capacity();
     let mut probes = 0;
     let fits_now = cap
         .find_domain(
-            &Default::default(),
+            &pass.room,
             need.flavor,
             need.level,
             need.workers,
@@ -846,130 +1149,27 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
     if cands.is_empty() {
         return None;
     }
-    let own = own_reserved(state, job.id);
-    let satisfied = |chosen: &[usize], d: Option<DomainIdx>| -> bool {
-        quota_freed(&cands, chosen, &slack) >= need.quota
-            && d.is_none_or(|d| fits_after(state, d, need, &cands, chosen, &own))
+    let pool = Pool {
+        search: s,
+        cands,
+        slack,
+        own: own_reserved(state, job.id),
     };
-    // Add back: drop victims, most recently added first, while the rest still suffices.
-    let minimal = |mut chosen: Vec<usize>, d: Option<DomainIdx>| -> Vec<usize> {
-        let mut i = chosen.len();
-        while i > 0 {
-            i -= 1;
-            let mut without = chosen.clone();
-            without.remove(i);
-            if satisfied(&without, d) {
-                chosen = without;
-            }
-        }
-        chosen
-    };
-    let key_of = |chosen: &[usize]| -> u64 {
-        match cfg.preemption.order {
-            VictimOrder::Checkpoint => chosen.iter().map(|&i| cands[i].cost).sum(),
-            VictimOrder::Kueue => chosen.len() as u64,
-        }
-    };
-    let mut best: Option<(u64, Vec<usize>, Option<DomainIdx>)> = None;
-    if fits_now {
+    let best = if fits_now {
         // Room exists; only quota is missing.
-        let mut chosen: Vec<usize> = Vec::new();
-        add_for_quota(
-            &cands,
-            &mut chosen,
-            &slack,
-            need.quota,
-            cfg.preemption.order,
-        );
-        tally.sets += 1;
-        let suffices = satisfied(&chosen, None);
-        if suffices {
-            chosen = minimal(chosen, None);
-        }
-        tally.record_set(|| CostedSet {
-            domain: None,
-            victims: chosen.iter().map(|&i| cands[i].victim()).collect(),
-            key: key_of(&chosen),
-            suffices,
-        });
-        if suffices {
-            best = Some((key_of(&chosen), chosen, None));
-        }
+        let mut chosen = Vec::new();
+        pool.add_for_quota(&mut chosen);
+        pool.cost(tally, chosen, None)
     } else {
-        // Domains holding candidates, most potential room first; among
-        // equals, the one with the cheapest candidate (cost per GPU) first.
-        let mut potential: FxHashMap<DomainIdx, u64> = FxHashMap::default();
-        let mut cheapest: FxHashMap<DomainIdx, u64> = FxHashMap::default();
-        for c in &cands {
-            for a in &c.nodes {
-                if let Some(d) = cap.node_domain(a.node, need.level) {
-                    if usable_free(state, a.node, &own).is_some() {
-                        *potential.entry(d).or_default() += a.gpus as u64;
-                        let per_gpu = c.cost / c.gpus.max(1) as u64;
-                        let e = cheapest.entry(d).or_insert(per_gpu);
-                        *e = (*e).min(per_gpu);
-                    }
-                }
+        let mut best: Option<(u64, Vec<usize>, Option<DomainIdx>)> = None;
+        for d in pool.domains().into_iter().take(cfg.preemption.max_sets) {
+            let set = pool.cost(tally, pool.set_in(d), Some(d));
+            if let Some(set) = set.filter(|set| best.as_ref().is_none_or(|b| set.0 < b.0)) {
+                best = Some(set);
             }
         }
-        // Free GPUs on its own reserved nodes are not in the domain's count.
-        for &n in &own {
-            if let Some(p) = cap
-                .node_domain(n, need.level)
-                .and_then(|d| potential.get_mut(&d))
-            {
-                *p += cap.node_raw_free(n) as u64;
-            }
-        }
-        let mut doms: Vec<(u64, u64, DomainIdx)> = potential
-            .into_iter()
-            .map(|(d, p)| {
-                let c = cheapest.get(&d).copied().unwrap_or(u64::MAX);
-                (p + cap.domain(d).free as u64, c, d)
-            })
-            .filter(|&(p, _, _)| p >= need.workers as u64 * need.g as u64)
-            .collect();
-        doms.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        for &(_, _, d) in doms.iter().take(cfg.preemption.max_sets) {
-            tally.sets += 1;
-            let mut chosen: Vec<usize> = Vec::new();
-            // In-domain victims first, in order, until it fits …
-            for i in 0..cands.len() {
-                if fits_after(state, d, need, &cands, &chosen, &own) {
-                    break;
-                }
-                let inside = cands[i]
-                    .nodes
-                    .iter()
-                    .any(|a| cap.node_domain(a.node, need.level) == Some(d));
-                if inside && may_add(&cands, i, &chosen, &slack) {
-                    chosen.push(i);
-                }
-            }
-            // … then any victims still needed to free quota.
-            add_for_quota(
-                &cands,
-                &mut chosen,
-                &slack,
-                need.quota,
-                cfg.preemption.order,
-            );
-            let suffices = satisfied(&chosen, Some(d));
-            if suffices {
-                chosen = minimal(chosen, Some(d));
-            }
-            let key = key_of(&chosen);
-            tally.record_set(|| CostedSet {
-                domain: Some(domain_label(state, d)),
-                victims: chosen.iter().map(|&i| cands[i].victim()).collect(),
-                key,
-                suffices,
-            });
-            if suffices && best.as_ref().is_none_or(|b| key < b.0) {
-                best = Some((key, chosen, Some(d)));
-            }
-        }
-    }
+        best
+    };
     let (_, chosen, d) = best?;
     if chosen.is_empty() {
         // It fits without anyone leaving: placement will bind it.
@@ -977,11 +1177,11 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         return None;
     }
     let reserve = match d {
-        Some(d) => reserve_after(state, d, need, &cands, &chosen, &own)?,
+        Some(d) => reserve_after(state, pass, d, need, &pool.cands, &chosen, &pool.own)?,
         None => Vec::new(),
     };
     Some(Plan {
-        victims: chosen.iter().map(|&i| cands[i].clone()).collect(),
+        victims: chosen.iter().map(|&i| pool.cands[i].clone()).collect(),
         reserve,
     })
 }
@@ -990,6 +1190,7 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
 /// fullest first, as placement would.
 fn reserve_after(
     state: &State,
+    pass: &Pass,
     d: DomainIdx,
     need: &Need,
     cands: &[Cand],
@@ -1004,7 +1205,7 @@ fn reserve_after(
         .iter()
         .filter_map(|&n| {
             Some((
-                usable_free(state, n, own)? + freed.get(&n).copied().unwrap_or(0),
+                usable_free(state, pass, n, own)? + freed.get(&n).copied().unwrap_or(0),
                 n,
             ))
         })

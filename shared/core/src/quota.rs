@@ -55,6 +55,19 @@ impl QuotaOverlay {
         }
         self.usage.insert((t, f), used + need);
     }
+    /// Records `gpus` of tenant `t` in flavor `f` given back (a victim that
+    /// is stopping): the inverse of `charge`.
+    pub fn release(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, gpus: Gpus) {
+        let used = self.used(state, t, f);
+        let left = used.saturating_sub(gpus);
+        let tenant = state.tenant(t);
+        if let Some(c) = tenant.cohort {
+            let delta = tenant.pool_draw(f, used) - tenant.pool_draw(f, left);
+            let p = self.pool_used(state, c, f).saturating_sub(delta);
+            self.pool.insert((c, f), p);
+        }
+        self.usage.insert((t, f), left);
+    }
 }
 
 /// A flavor with room in the quota for a job.

@@ -690,6 +690,15 @@ impl State {
     pub fn plan(&self, beneficiary: JobId) -> Option<&BTreeSet<JobId>> {
         self.plans.get(&beneficiary)
     }
+    /// Every preemption in flight: beneficiary → victims still preempting.
+    pub fn plans(&self) -> impl Iterator<Item = (JobId, &BTreeSet<JobId>)> + '_ {
+        self.plans.iter().map(|(j, v)| (*j, v))
+    }
+    /// Reclaim beneficiaries still waiting to be admitted where their
+    /// victims freed quota.
+    pub fn reclaim_holders(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.reclaim_holds.keys().copied()
+    }
     /// All reservations.
     pub fn reservations(&self) -> &BTreeMap<JobId, Reservation> {
         &self.reservations

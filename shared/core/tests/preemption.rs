@@ -225,6 +225,113 @@ fn returning_owner_reclaims_from_the_victims_with_the_least_unsaved_work() {
     assert_eq!(d.replay().state_hash(), d.state.state_hash());
 }
 
+/// 16 nodes × 8 GPUs in two blocks; `owner` and `borrower` 64 nominal
+/// each in one cohort, both best-effort (in a strict FIFO queue only the
+/// head may reclaim). The borrower fills the idle cluster with sixteen 1×8
+/// jobs (it borrows 64 GPUs), and they run past the minimum runtime.
+fn cluster_lent_to_one_borrower() -> (Driver, Vec<JobId>) {
+    let mut d = Driver::default();
+    d.cluster(1, 2, 8, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").best_effort().quota(FLAVOR, 64));
+    d.tenant(
+        tenant("borrower")
+            .cohort("c")
+            .best_effort()
+            .quota(FLAVOR, 64),
+    );
+    let borrowed: Vec<JobId> = (0..16)
+        .map(|_| d.submit(job("borrower", 1, 8, "node")))
+        .collect();
+    d.settle();
+    assert_eq!(d.state.gpus_in_use(), 128);
+    d.advance(600);
+    (d, borrowed)
+}
+
+/// Cycles until one plans a preemption; that cycle's plans.
+fn first_planning_cycle(d: &mut Driver) -> Vec<(JobId, PreemptionCause, Vec<Victim>, Timestamp)> {
+    for _ in 0..8 {
+        let p = plans(&d.cycle().events);
+        if !p.is_empty() {
+            return p;
+        }
+    }
+    panic!("no cycle planned a preemption");
+}
+
+#[test]
+fn a_returning_owner_has_its_whole_deficit_planned_in_one_cycle() {
+    let (mut d, borrowed) = cluster_lent_to_one_borrower();
+    // The owner asks for all 64 of its GPUs at once: eight 1×8 jobs.
+    let owners: Vec<JobId> = (0..8)
+        .map(|_| d.submit(job("owner", 1, 8, "node")))
+        .collect();
+    let p = first_planning_cycle(&mut d);
+    let beneficiaries: BTreeSet<JobId> = p.iter().map(|x| x.0).collect();
+    assert_eq!(beneficiaries, owners.iter().copied().collect(), "{p:?}");
+    // One victim each, no victim twice: exactly the 64 borrowed GPUs.
+    let victims: Vec<JobId> = p.iter().flat_map(|x| victim_set(&x.2)).collect();
+    assert_eq!(victims.len(), 8, "{p:?}");
+    assert_eq!(victims.iter().collect::<BTreeSet<_>>().len(), 8);
+    assert!(victims.iter().all(|v| borrowed.contains(v)));
+    // Once they stop, every owner job binds and the borrower keeps its
+    // nominal 64.
+    d.advance(60);
+    d.settle();
+    for o in &owners {
+        assert_eq!(d.phase(*o), Phase::Running);
+    }
+    let running = borrowed
+        .iter()
+        .filter(|b| d.phase(**b) == Phase::Running)
+        .count();
+    assert_eq!(running, 8);
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}
+
+#[test]
+fn plans_in_flight_count_toward_the_next_owner_jobs_deficit() {
+    let (mut d, borrowed) = cluster_lent_to_one_borrower();
+    // Four owner jobs are planned for; while their victims are still
+    // stopping, four more arrive, then the owner would exceed its nominal
+    // with a ninth.
+    let first: Vec<JobId> = (0..4)
+        .map(|_| d.submit(job("owner", 1, 8, "node")))
+        .collect();
+    let p1 = first_planning_cycle(&mut d);
+    assert_eq!(p1.len(), 4, "{p1:?}");
+    let second: Vec<JobId> = (0..4)
+        .map(|_| d.submit(job("owner", 1, 8, "node")))
+        .collect();
+    let p2 = first_planning_cycle(&mut d);
+    let b2: BTreeSet<JobId> = p2.iter().map(|x| x.0).collect();
+    assert_eq!(b2, second.iter().copied().collect(), "{p2:?}");
+    let victims: BTreeSet<JobId> = p1
+        .iter()
+        .chain(&p2)
+        .flat_map(|x| victim_set(&x.2))
+        .collect();
+    assert_eq!(
+        victims.len(),
+        8,
+        "victims taken twice or too many: {p1:?} {p2:?}"
+    );
+    // A ninth would borrow: it reclaims nothing.
+    let ninth = d.submit(job("owner", 1, 8, "node"));
+    d.advance(60);
+    let ev = d.settle();
+    assert!(plans(&ev).is_empty(), "{:?}", plans(&ev));
+    for o in first.iter().chain(&second) {
+        assert_eq!(d.phase(*o), Phase::Running);
+    }
+    assert_ne!(d.phase(ninth), Phase::Running);
+    let running = borrowed
+        .iter()
+        .filter(|b| d.phase(**b) == Phase::Running)
+        .count();
+    assert_eq!(running, 8, "the borrower keeps its nominal 64");
+}
+
 #[test]
 fn reclaim_never_takes_from_a_tenant_within_its_nominal_quota() {
     // `within` uses exactly its nominal 16 with freshly checkpointed (cheap)

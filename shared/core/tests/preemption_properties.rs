@@ -10,15 +10,17 @@
 //! and lost work is exactly the GPU-time since it; 6 — the log replays to
 //! the same state hash; 7 — goodput accounting gives every allocated
 //! GPU-ms exactly one part, and its lost + checkpoint parts are what the
-//! log's preemptions and requeues lost.
+//! log's preemptions and requeues lost; 8 — a reclaim takes from a
+//! borrower only what it still borrows once the victims already stopping
+//! are gone (before its last, indivisible victim it is above nominal).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::{job, tenant, Driver};
-use gpusched_core::{CycleConfig, Goodput, Phase, PreemptionConfig, VictimOrder};
-use gpusched_events::{CheckpointRef, Event};
-use gpusched_model::{CheckpointPolicy, JobId, NodeId, Timestamp};
+use gpusched_core::{CycleConfig, Goodput, Phase, PreemptionConfig, State, VictimOrder};
+use gpusched_events::{CheckpointRef, Event, PreemptionCause, Victim};
+use gpusched_model::{CheckpointPolicy, Gpus, JobId, NodeId, Timestamp};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -281,6 +283,8 @@ struct JobModel {
 struct Checker {
     from: usize,
     jobs: BTreeMap<JobId, JobModel>,
+    /// The state as each event found it, folded from the log alone.
+    before: State,
     /// Counts, for the stats line.
     plans: u64,
     preempted: u64,
@@ -292,6 +296,7 @@ impl Checker {
         Checker {
             from: 0,
             jobs: BTreeMap::new(),
+            before: State::new(),
             plans: 0,
             preempted: 0,
             resumed: 0,
@@ -308,6 +313,43 @@ impl Checker {
         d.job(job).spec.total_gpus() as u64 * at.millis_since(Timestamp(start.0 + saved))
     }
 
+    /// Invariant 8: a reclaim takes from a borrower only what it borrows
+    /// once the victims already stopping are gone: before its last victim
+    /// (jobs are indivisible) the tenant is still above its nominal quota.
+    fn reclaim_keeps_nominal(&self, victims: &[Victim]) -> Result<(), String> {
+        let s = &self.before;
+        let mut taken: BTreeMap<_, (Gpus, Gpus)> = BTreeMap::new();
+        for v in victims {
+            let j = s.job(v.job).ok_or("a victim the log never submitted")?;
+            let (Some(t), Some(f)) = (j.tenant, j.flavor) else {
+                return Err(format!("victim {} holds no quota", v.job));
+            };
+            let e = taken.entry((t, f)).or_default();
+            e.0 += j.spec.total_gpus();
+            e.1 = e.1.max(j.spec.total_gpus());
+        }
+        for (&(t, f), &(sum, largest)) in &taken {
+            let stopping: Gpus = self
+                .jobs
+                .keys()
+                .filter_map(|id| s.job(*id))
+                .filter(|j| j.phase == Phase::Preempting && j.tenant == Some(t))
+                .filter(|j| j.flavor == Some(f))
+                .map(|j| j.spec.total_gpus())
+                .sum();
+            let tenant = s.tenant(t);
+            let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
+            let keeps = tenant.used(f).saturating_sub(stopping);
+            if sum - largest >= keeps.saturating_sub(nominal) {
+                return Err(format!(
+                    "a reclaim took {sum} GPUs from {} (largest victim {largest}), which keeps {keeps} once its {stopping} stopping GPUs are gone, nominal {nominal}",
+                    tenant.spec.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn check(&mut self, d: &Driver) -> Result<(), String> {
         let events = d.log[self.from..].to_vec();
         self.from = d.log.len();
@@ -316,8 +358,11 @@ impl Checker {
                 Event::JobSubmitted { job, .. } => {
                     self.jobs.insert(*job, JobModel::default());
                 }
-                Event::PreemptionPlanned { victims, .. } => {
+                Event::PreemptionPlanned { victims, cause, .. } => {
                     self.plans += 1;
+                    if let PreemptionCause::Reclaim { .. } = cause {
+                        self.reclaim_keeps_nominal(victims)?;
+                    }
                     for v in victims {
                         if !d.job(v.job).spec.preemptible {
                             return Err(format!(
@@ -409,6 +454,9 @@ impl Checker {
                 }
                 _ => {}
             }
+            self.before
+                .apply(e)
+                .map_err(|err| format!("the log does not fold: {err}"))?;
         }
         for &j in &d.jobs {
             let job = d.job(j);
