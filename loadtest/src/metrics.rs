@@ -81,9 +81,36 @@ pub struct LogFacts {
     pub finished: u64,
     /// Last sequence.
     pub max_seq: u64,
+    /// Reclaims, eligible → started, ms (read for the reclaim scenario only).
+    pub reclaim_eligible_to_start_ms: Vec<f64>,
     /// On-disk size of the events table with its indexes and TOAST
     /// (`pg_total_relation_size`), bytes: what the log costs Postgres.
     pub log_bytes: i64,
+}
+
+/// Every reclaim's latency in the log, ms: from the moment the job was
+/// eligible to reclaim to its start, by the events' own times
+/// (`gpusched_core::ReclaimClock`, the rule the simulator and the
+/// gateway's metrics use). Reads the whole log: for the reclaim scenario.
+pub async fn reclaim_latencies(store: &EventStore) -> Result<Vec<f64>> {
+    let mut clock = gpusched_core::ReclaimClock::default();
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .read_from(after, 10_000)
+            .await
+            .context("reading the log for reclaim latencies")?;
+        let Some(last) = page.last() else {
+            return Ok(out);
+        };
+        after = last.seq;
+        for e in &page {
+            if let Some((_, ms)) = clock.observe(&e.event) {
+                out.push(ms as f64);
+            }
+        }
+    }
 }
 
 /// Reads the run's facts; times are seconds since `origin_unix_ms`.

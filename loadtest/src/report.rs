@@ -95,6 +95,9 @@ pub struct ReclaimReport {
     pub reclaim_latency_s: f64,
     /// Per owner job, submit → bound, ms.
     pub owner_submit_to_bound_ms: Percentiles,
+    /// Per reclaim, from the moment its job was eligible to reclaim (within
+    /// nominal, blocked only by borrowers) to its start, ms.
+    pub eligible_to_start_ms: Percentiles,
     /// Victims preempted.
     pub preempted: u64,
     /// Work lost by the victims, GPU-hours of wall time.
@@ -271,6 +274,7 @@ impl Report {
                     f64::NAN
                 },
                 owner_submit_to_bound_ms: Percentiles::of(lat),
+                eligible_to_start_ms: Percentiles::of(f.reclaim_eligible_to_start_ms.clone()),
                 preempted: f.preempted,
                 lost_gpu_hours_wall: lost_h,
                 lost_gpu_hours_simulated: lost_h * plan.time_scale,
@@ -519,6 +523,15 @@ impl Report {
             );
             let _ = writeln!(
                 t,
+                "  {:<38} p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} reclaims)",
+                "reclaim, eligible → started",
+                r.eligible_to_start_ms.p50,
+                r.eligible_to_start_ms.p99,
+                r.eligible_to_start_ms.max,
+                r.eligible_to_start_ms.n
+            );
+            let _ = writeln!(
+                t,
                 "  {:<38} {:.3} wall ({:.1} simulated), {} victims",
                 "lost GPU-hours", r.lost_gpu_hours_wall, r.lost_gpu_hours_simulated, r.preempted
             );
@@ -661,6 +674,11 @@ impl Report {
                 m,
                 "| owner submit → bound p50 / p99 | {:.0} / {:.0} ms |",
                 r.owner_submit_to_bound_ms.p50, r.owner_submit_to_bound_ms.p99
+            );
+            let _ = writeln!(
+                m,
+                "| reclaim, eligible → started p50 / p99 / max | {:.0} / {:.0} / {:.0} ms |",
+                r.eligible_to_start_ms.p50, r.eligible_to_start_ms.p99, r.eligible_to_start_ms.max
             );
             let _ = writeln!(
                 m,

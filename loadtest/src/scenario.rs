@@ -222,7 +222,7 @@ pub async fn run(args: Args) -> Result<bool> {
     stack.stop_all();
     let services = report::services(&stack);
     let facts = match &outcome {
-        Ok(o) => Some(metrics::read_log(&stack.store, o.origin_unix_ms).await),
+        Ok(o) => Some(read_facts(&stack.store, o.origin_unix_ms, args.scenario()).await),
         Err(_) => None,
     };
     let teardown = stack.teardown().await;
@@ -470,6 +470,20 @@ async fn owner_bound(stack: &Stack, tenant: &str) -> Result<i64> {
     .fetch_one(stack.store.pool())
     .await
     .context("counting the owner's bound jobs")
+}
+
+/// The run's facts from the log, with reclaim latencies for the reclaim
+/// scenario.
+async fn read_facts(
+    store: &gpusched_store::EventStore,
+    origin_unix_ms: u64,
+    scenario: Scenario,
+) -> Result<metrics::LogFacts> {
+    let mut facts = metrics::read_log(store, origin_unix_ms).await?;
+    if scenario == Scenario::Reclaim {
+        facts.reclaim_eligible_to_start_ms = metrics::reclaim_latencies(store).await?;
+    }
+    Ok(facts)
 }
 
 async fn run_reclaim(

@@ -1,19 +1,20 @@
 //! What the log did, counted as it is folded: admissions and bindings per
 //! tenant and flavor, victims stopped by cause, the work they and lost
-//! nodes cost, and how long quota owners waited from the plan that
-//! reclaimed for them to their binding.
+//! nodes cost, and how long quota owners waited for quota they had lent
+//! (`ReclaimClock`: from the moment the job was eligible to reclaim to its
+//! start).
 //!
 //! Owns: those counts and the rule of each (which event counts, under
 //! which cause). A folder calls `observe` once per event, after the fold,
 //! so names come from the state the event made. Memory is bounded by the
-//! jobs now in a preemption, not by the log.
+//! jobs now in a preemption or waiting for lent quota, not by the log.
 //!
 //! Must never: read a clock (durations are the events' own `at`), count a
 //! superseded decision, or change the state.
 
 use std::collections::BTreeMap;
 
-use gpusched_events::{Event, PreemptionCause};
+use gpusched_events::{Event, PendingReason, PreemptionCause};
 use gpusched_model::{JobId, Timestamp};
 use rustc_hash::FxHashMap;
 
@@ -31,6 +32,65 @@ pub fn cause_label(c: &PreemptionCause) -> &'static str {
         PreemptionCause::Reclaim { .. } => "reclaim",
         PreemptionCause::Priority { .. } => "priority",
         PreemptionCause::Reservation => "reservation",
+    }
+}
+
+/// When each job became eligible to reclaim, until it starts: the reclaim
+/// latency that leaves out time a job spent behind its own tenant's jobs.
+/// A job is eligible from the first of: a pending reason saying it waits
+/// only for quota its tenant lent (with it the tenant stays within its
+/// nominal quota, and the cohort's pool is lent out), or a plan naming it
+/// the beneficiary of a reclaim (room held by borrowers).
+#[derive(Clone, Debug, Default)]
+pub struct ReclaimClock {
+    eligible: FxHashMap<JobId, Timestamp>,
+}
+
+impl ReclaimClock {
+    /// Observes an applied event; a job's start after it was eligible
+    /// gives (job, eligible → start in ms).
+    pub fn observe(&mut self, ev: &Event) -> Option<(JobId, u64)> {
+        match ev {
+            Event::JobPending {
+                job,
+                reason:
+                    PendingReason::CohortExhausted {
+                        used,
+                        nominal,
+                        need,
+                        ..
+                    },
+                at,
+            } if used.saturating_add(*need) <= *nominal => {
+                self.eligible.entry(*job).or_insert(*at);
+            }
+            Event::PreemptionPlanned {
+                beneficiary,
+                cause: PreemptionCause::Reclaim { .. },
+                at,
+                ..
+            } => {
+                self.eligible.entry(*beneficiary).or_insert(*at);
+            }
+            Event::JobStarted { job, at } => {
+                return self
+                    .eligible
+                    .remove(job)
+                    .map(|from| (*job, at.millis_since(from)));
+            }
+            Event::JobFinished { job, .. }
+            | Event::JobCancelled { job, .. }
+            | Event::JobRejected { job, .. } => {
+                self.eligible.remove(job);
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Jobs eligible and not started yet.
+    pub fn waiting(&self) -> usize {
+        self.eligible.len()
     }
 }
 
@@ -71,12 +131,12 @@ pub struct LogTally {
     pub preemptions: BTreeMap<(&'static str, String), u64>,
     /// GPU-ms of work lost by cause: the preemption causes, and `node_lost`.
     pub lost_gpu_ms: BTreeMap<&'static str, u64>,
-    /// Plan of a reclaim → its beneficiary bound, by the events' times.
+    /// Eligible to reclaim → started (`ReclaimClock`), by the events' times.
     pub reclaim_latency: Histogram,
     /// Victims planned and not stopped yet, with their plan's cause.
     victims: FxHashMap<JobId, &'static str>,
-    /// Reclaim beneficiaries not bound yet, with their first plan's time.
-    reclaiming: FxHashMap<JobId, Timestamp>,
+    /// Jobs eligible to reclaim, not started yet.
+    reclaiming: ReclaimClock,
 }
 
 impl LogTally {
@@ -85,6 +145,9 @@ impl LogTally {
     pub fn observe(&mut self, after: &State, ev: &Event, applied: bool) {
         if !applied {
             return;
+        }
+        if let Some((_, ms)) = self.reclaiming.observe(ev) {
+            self.reclaim_latency.record(ms);
         }
         let tenant = |j: &JobId| {
             after
@@ -110,32 +173,17 @@ impl LogTally {
                     .or_default() += 1;
             }
             Event::JobBound {
-                job,
-                backfill_for,
-                at,
-                ..
+                job, backfill_for, ..
             } => {
                 *self
                     .bindings
                     .entry((tenant(job), flavor(job), backfill_for.is_some()))
                     .or_default() += 1;
-                if let Some(planned) = self.reclaiming.remove(job) {
-                    self.reclaim_latency.record(at.millis_since(planned));
-                }
             }
-            Event::PreemptionPlanned {
-                beneficiary,
-                cause,
-                victims,
-                at,
-                ..
-            } => {
+            Event::PreemptionPlanned { cause, victims, .. } => {
                 let label = cause_label(cause);
                 for v in victims {
                     self.victims.insert(v.job, label);
-                }
-                if label == "reclaim" {
-                    self.reclaiming.entry(*beneficiary).or_insert(*at);
                 }
             }
             Event::JobPreempted {
@@ -152,7 +200,6 @@ impl LogTally {
             | Event::JobCancelled { job, .. }
             | Event::JobRejected { job, .. } => {
                 self.victims.remove(job);
-                self.reclaiming.remove(job);
             }
             _ => {}
         }
@@ -161,6 +208,6 @@ impl LogTally {
     /// Jobs the tally remembers now (victims not stopped, owners not
     /// bound): what bounds its memory.
     pub fn in_flight(&self) -> usize {
-        self.victims.len() + self.reclaiming.len()
+        self.victims.len() + self.reclaiming.waiting()
     }
 }

@@ -11,7 +11,8 @@
 use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadKind};
 use gpusched_core::{
-    run_cycle_timed, ApplyError, CycleConfig, Goodput, Phase, ScanMemo, Stage, StageClock, State,
+    run_cycle_timed, ApplyError, CycleConfig, Goodput, Phase, ReclaimClock, ScanMemo, Stage,
+    StageClock, State,
 };
 use gpusched_events::{Event, Outcome, PreemptionCause};
 use gpusched_model::{JobId, Timestamp};
@@ -119,8 +120,11 @@ pub struct Measurements {
     pub preemptions: u64,
     /// GPU·ms of work lost to preemption and node loss.
     pub lost_gpu_ms: u64,
-    /// Jobs that were beneficiaries of a reclaim.
-    pub reclaim_beneficiaries: Vec<JobId>,
+    /// Jobs that were eligible to reclaim, with the time from eligibility
+    /// to their start, ms (`gpusched_core::ReclaimClock`).
+    pub reclaim_latencies: Vec<(JobId, u64)>,
+    /// The clock that measures them.
+    pub reclaim_clock: ReclaimClock,
     /// Jobs bound as backfill on reserved nodes.
     pub backfilled: u64,
     /// Reservations made (including re-plans).
@@ -272,6 +276,9 @@ impl Simulator {
     fn observe(&mut self, e: &Event) {
         let m = &mut self.measurements;
         m.goodput.observe(e, true);
+        if let Some(latency) = m.reclaim_clock.observe(e) {
+            m.reclaim_latencies.push(latency);
+        }
         match e {
             Event::JobPreempted { lost_gpu_ms, .. } => {
                 m.preemptions += 1;
@@ -284,12 +291,6 @@ impl Simulator {
             } => m.backfilled += 1,
             Event::ReservationMade { .. } => m.reservations += 1,
             Event::JobCheckpointed { .. } => m.checkpoints += 1,
-            Event::PreemptionPlanned {
-                beneficiary,
-                cause: PreemptionCause::Reclaim { .. },
-                ..
-            } => m.reclaim_beneficiaries.push(*beneficiary),
-
             _ => {}
         }
     }

@@ -155,7 +155,9 @@ pub struct Report {
     pub lost_gpu_hours: f64,
     /// Complete checkpoints reported.
     pub checkpoints: u64,
-    /// Submit → start of jobs that reclaimed lent quota, seconds.
+    /// Jobs that reclaimed lent quota: from the moment each was eligible
+    /// (within its nominal quota, blocked only by borrowers) to its start,
+    /// seconds.
     pub reclaim_latency_s: Percentiles,
     /// Submit → first start of jobs of 32 GPUs or more, seconds.
     pub big_gang_wait_s: Percentiles,
@@ -225,16 +227,10 @@ impl Report {
                 }
             }
         }
-        let mut reclaimers = m.reclaim_beneficiaries.clone();
-        reclaimers.sort_unstable();
-        reclaimers.dedup();
-        let reclaim: Vec<f64> = reclaimers
+        let reclaim: Vec<f64> = m
+            .reclaim_latencies
             .iter()
-            .filter_map(|id| state.job(*id))
-            .filter_map(|j| {
-                j.first_started_at
-                    .map(|s| s.millis_since(j.submitted_at) as f64 / 1000.0)
-            })
+            .map(|&(_, ms)| ms as f64 / 1000.0)
             .collect();
         let mut victim_us: Vec<f64> = m
             .cycles
@@ -353,7 +349,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  preemption     {} victims stopped, {:.1} GPU-hours lost, {} checkpoints; reclaim latency p50 {:.0} s, p99 {:.0} s, max {:.0} s",
+            "  preemption     {} victims stopped, {:.1} GPU-hours lost, {} checkpoints; reclaim latency (eligible → start) p50 {:.0} s, p99 {:.0} s, max {:.0} s",
             self.preemptions,
             self.lost_gpu_hours,
             self.checkpoints,

@@ -83,6 +83,24 @@ fn owner_reclaims_promptly_and_checkpoint_order_loses_less_than_kueue() {
         );
     }
 
+    // Measured from the moment each was eligible to reclaim, not from its
+    // submission: within the grace its victims were given (their checkpoint
+    // time included) and one more second.
+    let latency: BTreeMap<JobId, u64> = ckpt
+        .measurements
+        .reclaim_latencies
+        .iter()
+        .copied()
+        .collect();
+    for (owner, at, deadline) in &plans {
+        let grace = deadline.millis_since(*at);
+        assert!(
+            latency[owner] <= grace + 1_000,
+            "job {owner} started {} ms after it was eligible to reclaim; victims' grace {grace} ms",
+            latency[owner]
+        );
+    }
+
     let (lc, lk) = (
         ckpt.measurements.lost_gpu_ms,
         kueue.measurements.lost_gpu_ms,
@@ -174,9 +192,22 @@ fn the_tally_counts_the_reclaims_by_cause() {
         tally.lost_gpu_ms.get("reclaim"),
         Some(&preempted.iter().sum::<u64>())
     );
+    // Every beneficiary of a reclaim plan was eligible to reclaim, and
+    // started: each is timed once (others may be timed too: jobs that
+    // waited for lent quota that came back without a preemption).
     let beneficiaries: std::collections::BTreeSet<JobId> =
         reclaims(log).iter().map(|r| r.0).collect();
-    assert_eq!(tally.reclaim_latency.count(), beneficiaries.len() as u64);
+    let mut clock = gpusched_core::ReclaimClock::default();
+    let timed: Vec<JobId> = log
+        .iter()
+        .filter_map(|e| clock.observe(e))
+        .map(|(j, _)| j)
+        .collect();
+    assert!(
+        beneficiaries.iter().all(|b| timed.contains(b)),
+        "{beneficiaries:?} {timed:?}"
+    );
+    assert_eq!(tally.reclaim_latency.count(), timed.len() as u64);
     let admitted = log
         .iter()
         .filter(|e| matches!(e, Event::JobAdmitted { .. }))
