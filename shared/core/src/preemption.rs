@@ -33,6 +33,7 @@ use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
 use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// What a preemption pass did.
@@ -186,6 +187,8 @@ struct Need {
 struct Plan {
     victims: Vec<Cand>,
     reserve: Vec<Assignment>,
+    /// Only quota was missing: the domain it fits in now.
+    fits_in: Option<DomainIdx>,
 }
 
 /// What the plans already made will do once they land — those in flight
@@ -251,15 +254,17 @@ impl Pass {
         }
     }
 
-    /// The quota `job`'s search reads: without its own charge, if any.
-    fn quota_without(&self, state: &State, job: &Job) -> QuotaOverlay {
-        let mut quota = self.quota.clone();
-        if self.charged.contains(&job.id) {
-            if let (Some(t), Some(f)) = (job.tenant, state.planned_flavor(job.id)) {
+    /// The quota `job`'s search reads: without its own charge, if any
+    /// (copied only then).
+    fn quota_without(&self, state: &State, job: &Job) -> Cow<'_, QuotaOverlay> {
+        match (job.tenant, state.planned_flavor(job.id)) {
+            (Some(t), Some(f)) if self.charged.contains(&job.id) => {
+                let mut quota = self.quota.clone();
                 quota.release(state, t, f, job.spec.total_gpus());
+                Cow::Owned(quota)
             }
+            _ => Cow::Borrowed(&self.quota),
         }
-        quota
     }
 
     /// Counts a plan made for `job`.
@@ -273,22 +278,12 @@ impl Pass {
                 .charge(state, t, need.flavor, job.spec.total_gpus());
             self.charged.insert(job.id);
         }
-        if plan.reserve.is_empty() {
-            // It will bind in room free now: that room is its.
-            let mut probes = 0;
-            let nodes = cap
-                .find_domain(
-                    &self.room,
-                    need.flavor,
-                    need.level,
-                    need.workers,
-                    need.g,
-                    &mut probes,
-                )
-                .and_then(|d| cap.choose_nodes(&self.room, d, need.workers, need.g));
-            if let Some(nodes) = nodes {
-                cap.take(&mut self.room, &nodes);
-            }
+        // It will bind in room free now: that room is its.
+        if let Some(nodes) = plan
+            .fits_in
+            .and_then(|d| cap.choose_nodes(&self.room, d, need.workers, need.g))
+        {
+            cap.take(&mut self.room, &nodes);
         }
         for a in &plan.reserve {
             if self.reserved.insert(a.node) && cap.is_schedulable(a.node) {
@@ -361,10 +356,10 @@ pub fn decide(
     // cycle's bounds allow. Each plan is counted in `pass` before the next
     // search, so a later one neither counts the same quota or room twice
     // nor takes a victim twice.
-    let limits = &cfg.preemption;
+    let bounds = &cfg.preemption;
     for id in state.wants_preemption() {
-        if stats.beneficiaries as usize >= limits.max_beneficiaries
-            || stats.candidates as usize >= limits.max_cycle_candidates
+        if stats.beneficiaries as usize >= bounds.max_beneficiaries
+            || stats.candidates as usize >= bounds.max_cycle_candidates
         {
             break;
         }
@@ -1127,16 +1122,15 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
     } = *s;
     let cap = state.capacity();
     let mut probes = 0;
-    let fits_now = cap
-        .find_domain(
-            &pass.room,
-            need.flavor,
-            need.level,
-            need.workers,
-            need.g,
-            &mut probes,
-        )
-        .is_some();
+    let fits_in = cap.find_domain(
+        &pass.room,
+        need.flavor,
+        need.level,
+        need.workers,
+        need.g,
+        &mut probes,
+    );
+    let fits_now = fits_in.is_some();
     if fits_now && need.quota == 0 {
         // Room and quota both exist: placement will bind it.
         tally.fits_without_victims = true;
@@ -1183,6 +1177,7 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
     Some(Plan {
         victims: chosen.iter().map(|&i| pool.cands[i].clone()).collect(),
         reserve,
+        fits_in,
     })
 }
 
