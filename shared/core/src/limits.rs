@@ -10,8 +10,8 @@
 //! that changes a decision (the memo only spares rescans).
 
 use crate::capacity::FlavorIdx;
-use crate::state::TenantIdx;
-use gpusched_model::{Gpus, JobId};
+use crate::state::{QueueKey, TenantIdx};
+use gpusched_model::{Gpus, JobId, Timestamp};
 use rustc_hash::FxHashMap;
 
 /// Limits of one cycle.
@@ -103,6 +103,11 @@ impl CycleStats {
 pub struct ScanMemo {
     /// Tenant → (tenant version, cohort version) when its queue was blocked.
     pub tenant_blocked: FxHashMap<TenantIdx, (u64, u64)>,
+    /// Tenant → where its last best-effort pass stopped at the depth bound
+    /// (`max_heads_per_tenant`) with jobs still behind it: the next pass
+    /// goes on from there instead of rescanning the heads it already found
+    /// blocked, so every job of a deep queue is looked at in turn.
+    pub tenant_resume: FxHashMap<TenantIdx, TenantResume>,
     /// Flavor → (capacity version, reservations held) when nothing more
     /// could be placed: a reservation released anywhere frees a slot of
     /// the shared reservation budget.
@@ -110,6 +115,20 @@ pub struct ScanMemo {
     /// Beneficiary → what its search depended on when no victim set could
     /// be found.
     pub preempt_failed: FxHashMap<JobId, SearchStamp>,
+}
+
+/// Where a best-effort tenant's pass was cut by the depth bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantResume {
+    /// (tenant version, cohort version) when it was cut: any change to the
+    /// tenant's queue or usage, or to its cohort, starts again from the head.
+    pub stamp: (u64, u64),
+    /// The last job looked at; the next pass starts after it.
+    pub after: QueueKey,
+    /// The oldest submit time among the blocked jobs passed over since the
+    /// head: once it has waited past the starvation window, that job holds
+    /// the queue, so the next pass starts from the head again.
+    pub oldest_passed: Timestamp,
 }
 
 /// How victims are ordered.

@@ -11,11 +11,13 @@
 //!
 //! Must never: allocate GPUs (placement does), or scan a whole queue: a
 //! strict-FIFO tenant stops at its blocked head, a best-effort one looks at
-//! most `max_heads_per_tenant` deep, and a tenant whose last look found
-//! nothing admissible is skipped until its queue or cohort changes.
+//! most `max_heads_per_tenant` deep a cycle (the next cycle goes on after
+//! the last job it looked at, until the whole queue has been looked at),
+//! and a tenant whose last look found nothing admissible is skipped until
+//! its queue or cohort changes.
 
 use crate::capacity::{CapacityOverlay, FlavorIdx};
-use crate::limits::{CycleConfig, ScanMemo};
+use crate::limits::{CycleConfig, ScanMemo, TenantResume};
 use crate::state::{CohortIdx, Job, QueueKey, State, TenantIdx};
 use gpusched_events::{Event, PendingReason};
 use gpusched_model::{Gpus, QueueingMode, Timestamp};
@@ -401,6 +403,75 @@ fn tenant_stamp(state: &State, t: TenantIdx) -> (u64, u64) {
     )
 }
 
+/// Where a tenant's pass starts this cycle.
+enum Start {
+    /// Nothing queued.
+    Empty,
+    /// Blocked, and nothing changed since.
+    Skip,
+    /// At this job, carrying what earlier passes over the same stamp saw.
+    At(QueueKey, TenantPass),
+}
+
+/// One tenant's pass in a cycle.
+#[derive(Clone, Copy, Debug, Default)]
+struct TenantPass {
+    /// Blocked heads examined this cycle (admissions never end a pass).
+    depth: usize,
+    /// The oldest submit time among the blocked jobs passed over since the
+    /// head, this cycle or in the passes this one resumes.
+    oldest_passed: Option<Timestamp>,
+}
+
+fn starved(cfg: &CycleConfig, now: Timestamp, submitted: Timestamp) -> bool {
+    cfg.starvation_ms > 0 && now.millis_since(submitted) >= cfg.starvation_ms
+}
+
+fn next_after(state: &State, t: TenantIdx, key: QueueKey) -> Option<QueueKey> {
+    state
+        .tenant(t)
+        .pending
+        .range((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
+        .next()
+        .copied()
+}
+
+/// The head, or, after a pass cut by the depth bound with nothing changed
+/// since, the job after the last one that pass looked at.
+fn start(
+    state: &State,
+    memo: &mut ScanMemo,
+    cfg: &CycleConfig,
+    now: Timestamp,
+    t: TenantIdx,
+) -> Start {
+    let Some(&head) = state.tenant(t).pending.first() else {
+        return Start::Empty;
+    };
+    let stamp = tenant_stamp(state, t);
+    if memo.tenant_blocked.get(&t) == Some(&stamp) {
+        return Start::Skip;
+    }
+    match memo.tenant_resume.get(&t) {
+        Some(r) if r.stamp == stamp && !starved(cfg, now, r.oldest_passed) => {
+            let pass = TenantPass {
+                depth: 0,
+                oldest_passed: Some(r.oldest_passed),
+            };
+            match next_after(state, t, r.after) {
+                Some(next) => Start::At(next, pass),
+                None => {
+                    // Every job was looked at under this stamp: blocked.
+                    memo.tenant_resume.remove(&t);
+                    memo.tenant_blocked.insert(t, stamp);
+                    Start::Skip
+                }
+            }
+        }
+        _ => Start::At(head, TenantPass::default()),
+    }
+}
+
 /// Admits up to `cfg.max_heads` queue heads in fair-share order.
 pub fn decide(
     state: &State,
@@ -412,36 +483,27 @@ pub fn decide(
     let mut stats = QuotaStats::default();
     let mut events = Vec::new();
     let mut heap = BinaryHeap::new();
-    for (ti, tenant) in state.tenants().iter().enumerate() {
-        let ti = ti as TenantIdx;
-        let Some(&head) = tenant.pending.first() else {
-            continue;
-        };
-        if memo.tenant_blocked.get(&ti) == Some(&tenant_stamp(state, ti)) {
-            stats.tenants_skipped += 1;
-            continue;
+    let mut passes: FxHashMap<TenantIdx, TenantPass> = FxHashMap::default();
+    for ti in 0..state.tenants().len() as TenantIdx {
+        match start(state, memo, cfg, now, ti) {
+            Start::Empty => {}
+            Start::Skip => stats.tenants_skipped += 1,
+            Start::At(first, pass) => {
+                passes.insert(ti, pass);
+                heap.push(Reverse(head_key(state, &ov, ti, first)));
+            }
         }
-        heap.push(Reverse(head_key(state, &ov, ti, head)));
     }
-    let mut depth: FxHashMap<TenantIdx, usize> = FxHashMap::default();
     while (stats.heads_examined as usize) < cfg.max_heads {
         let Some(Reverse(key)) = heap.pop() else {
             break;
         };
         let t = key.tenant;
-        let tenant = state.tenant(t);
         let Some(job) = state.job(key.head.job) else {
             continue;
         };
         stats.heads_examined += 1;
-        let next = tenant
-            .pending
-            .range((
-                std::ops::Bound::Excluded(key.head),
-                std::ops::Bound::Unbounded,
-            ))
-            .next()
-            .copied();
+        let next = next_after(state, t, key.head);
         match choose_flavor(state, &ov, job) {
             Ok(fit) => {
                 events.push(Event::JobAdmitted {
@@ -457,9 +519,6 @@ pub fn decide(
                 }
             }
             Err(blocked) => {
-                // Depth counts blocked heads only: admissions never end a pass.
-                let d = depth.entry(t).or_default();
-                *d += 1;
                 if job.last_reason.as_ref().map(|r| r.kind()) != Some(blocked.kind()) {
                     events.push(Event::JobPending {
                         job: job.id,
@@ -467,29 +526,56 @@ pub fn decide(
                         at: now,
                     });
                 }
-                // Best-effort passes a blocked head, unless no job could fit:
-                // no flavor of the tenant has room for even one more GPU.
-                // A tenant below nominal somewhere goes on too: its jobs may
-                // reclaim lent quota, and each needs its reason recorded.
-                // A head that has waited past the starvation window holds the
-                // queue as in strict FIFO: nothing passes it any more.
-                let starving = cfg.starvation_ms > 0
-                    && now.millis_since(job.submitted_at) >= cfg.starvation_ms;
-                let go_on = tenant.spec.queueing == QueueingMode::BestEffortFifo
-                    && !starving
-                    && *d < cfg.max_heads_per_tenant
-                    && tenant.flavor_order.iter().any(|&f| {
-                        check(state, &ov, t, f, 1).is_ok()
-                            || ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal)
-                    });
+                let pass = passes.entry(t).or_default();
+                pass.depth += 1;
+                let oldest = pass
+                    .oldest_passed
+                    .map_or(job.submitted_at, |o| o.min(job.submitted_at));
+                pass.oldest_passed = Some(oldest);
+                let stamp = tenant_stamp(state, t);
                 match next {
-                    Some(n) if go_on => heap.push(Reverse(head_key(state, &ov, t, n))),
+                    Some(n) if may_pass(state, &ov, cfg, now, t, job) => {
+                        if pass.depth < cfg.max_heads_per_tenant {
+                            heap.push(Reverse(head_key(state, &ov, t, n)));
+                        } else {
+                            let after = key.head;
+                            let resume = TenantResume {
+                                stamp,
+                                after,
+                                oldest_passed: oldest,
+                            };
+                            memo.tenant_resume.insert(t, resume);
+                        }
+                    }
                     _ => {
-                        memo.tenant_blocked.insert(t, tenant_stamp(state, t));
+                        memo.tenant_resume.remove(&t);
+                        memo.tenant_blocked.insert(t, stamp);
                     }
                 }
             }
         }
     }
     (events, stats)
+}
+
+/// Whether a best-effort pass may go on past this blocked head: not if the
+/// head has waited past the starvation window (then it holds the queue as
+/// in strict FIFO), nor if no job could fit (no flavor of the tenant has
+/// room for even one more GPU). A tenant below nominal somewhere goes on
+/// too: its jobs may reclaim lent quota, and each needs its reason recorded.
+fn may_pass(
+    state: &State,
+    ov: &QuotaOverlay,
+    cfg: &CycleConfig,
+    now: Timestamp,
+    t: TenantIdx,
+    head: &Job,
+) -> bool {
+    let tenant = state.tenant(t);
+    tenant.spec.queueing == QueueingMode::BestEffortFifo
+        && !starved(cfg, now, head.submitted_at)
+        && tenant.flavor_order.iter().any(|&f| {
+            check(state, ov, t, f, 1).is_ok()
+                || ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal)
+        })
 }

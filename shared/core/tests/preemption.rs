@@ -290,6 +290,35 @@ fn a_returning_owner_has_its_whole_deficit_planned_in_one_cycle() {
 }
 
 #[test]
+fn an_owner_queue_deeper_than_the_depth_bound_is_planned_for_within_a_few_cycles() {
+    // The quota stage looks 2 jobs deep into a best-effort queue a cycle.
+    // Each pass goes on after the last job the one before looked at, so all
+    // eight owner jobs get their reason, and a plan, within four cycles,
+    // while the first victims are still stopping (no agent acts here).
+    let (mut d, borrowed) = cluster_lent_to_one_borrower();
+    d.cfg.max_heads_per_tenant = 2;
+    let owners: Vec<JobId> = (0..8)
+        .map(|_| d.submit(job("owner", 1, 8, "node")))
+        .collect();
+    let mut planned = BTreeSet::new();
+    let mut victims = Vec::new();
+    for _ in 0..5 {
+        for (b, _, v, _) in plans(&d.cycle().events) {
+            planned.insert(b);
+            victims.extend(victim_set(&v));
+        }
+    }
+    assert_eq!(
+        planned,
+        owners.iter().copied().collect(),
+        "planned {planned:?}"
+    );
+    assert_eq!(victims.len(), 8, "{victims:?}");
+    assert_eq!(victims.iter().collect::<BTreeSet<_>>().len(), 8);
+    assert!(victims.iter().all(|v| borrowed.contains(v)));
+}
+
+#[test]
 fn plans_in_flight_count_toward_the_next_owner_jobs_deficit() {
     let (mut d, borrowed) = cluster_lent_to_one_borrower();
     // Four owner jobs are planned for; while their victims are still
