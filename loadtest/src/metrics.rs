@@ -3,7 +3,8 @@
 //!
 //! Owns: the SQL over the run's `events` table (counts per kind and
 //! second, submit→bound latency per job, lost work of preemptions), the
-//! percentiles, and the per-second series the plots draw.
+//! fold of the whole log for goodput and reclaim latencies (`fold_log`),
+//! the percentiles, and the per-second series the plots draw.
 //!
 //! Must never: write to the log, or read anything but the run's own
 //! database.
@@ -11,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
+use gpusched_core::GoodputSummary;
 use gpusched_store::EventStore;
 use serde::Serialize;
 use sqlx::Row;
@@ -81,36 +83,65 @@ pub struct LogFacts {
     pub finished: u64,
     /// Last sequence.
     pub max_seq: u64,
-    /// Reclaims, eligible → started, ms (read for the reclaim scenario only).
-    pub reclaim_eligible_to_start_ms: Vec<f64>,
+    /// The fold of the whole log: goodput and reclaim latencies.
+    pub fold: LogFold,
     /// On-disk size of the events table with its indexes and TOAST
     /// (`pg_total_relation_size`), bytes: what the log costs Postgres.
     pub log_bytes: i64,
 }
 
-/// Every reclaim's latency in the log, ms: from the moment the job was
-/// eligible to reclaim to its start, by the events' own times
-/// (`gpusched_core::ReclaimClock`, the rule the simulator and the
-/// gateway's metrics use). Reads the whole log: for the reclaim scenario.
-pub async fn reclaim_latencies(store: &EventStore) -> Result<Vec<f64>> {
+/// What only a fold of the whole log tells: where every allocated
+/// GPU-hour went and how long each reclaim took.
+#[derive(Clone, Debug, Default)]
+pub struct LogFold {
+    /// Reclaims, eligible → started, ms: from the moment the job was
+    /// eligible to reclaim to its start, by the events' own times
+    /// (`gpusched_core::ReclaimClock`, the rule the simulator and the
+    /// gateway's metrics use).
+    pub reclaim_eligible_to_start_ms: Vec<f64>,
+    /// The goodput accounting overall (`gpusched_core::goodput`), GPU-hours
+    /// of wall time.
+    pub goodput: GoodputSummary,
+    /// The same per tenant.
+    pub goodput_by_tenant: BTreeMap<String, GoodputSummary>,
+    /// Events the fold refused as superseded (counted by neither).
+    pub superseded: u64,
+}
+
+/// Folds the whole log with `State::apply`, as a replay does, feeding each
+/// event and whether the state accepted it to the goodput accounting and
+/// the reclaim clock. Reads the log a page at a time.
+pub async fn fold_log(store: &EventStore) -> Result<LogFold> {
+    let mut state = gpusched_core::State::new();
     let mut clock = gpusched_core::ReclaimClock::default();
-    let mut out = Vec::new();
+    let mut goodput = gpusched_core::Goodput::default();
+    let mut out = LogFold::default();
     let mut after = 0;
     loop {
         let page = store
             .read_from(after, 10_000)
             .await
-            .context("reading the log for reclaim latencies")?;
+            .context("reading the log for goodput and reclaim latencies")?;
         let Some(last) = page.last() else {
-            return Ok(out);
+            break;
         };
         after = last.seq;
         for e in &page {
+            let applied = state.apply(&e.event).is_ok();
+            out.superseded += u64::from(!applied);
+            goodput.observe(&e.event, applied);
             if let Some((_, ms)) = clock.observe(&e.event) {
-                out.push(ms as f64);
+                out.reclaim_eligible_to_start_ms.push(ms as f64);
             }
         }
     }
+    out.goodput = goodput.overall().summary();
+    out.goodput_by_tenant = goodput
+        .totals()
+        .into_iter()
+        .map(|(t, acc)| (t, acc.summary()))
+        .collect();
+    Ok(out)
 }
 
 /// Reads the run's facts; times are seconds since `origin_unix_ms`.

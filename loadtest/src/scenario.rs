@@ -222,7 +222,7 @@ pub async fn run(args: Args) -> Result<bool> {
     stack.stop_all();
     let services = report::services(&stack);
     let facts = match &outcome {
-        Ok(o) => Some(read_facts(&stack.store, o.origin_unix_ms, args.scenario()).await),
+        Ok(o) => Some(read_facts(&stack.store, o.origin_unix_ms).await),
         Err(_) => None,
     };
     let teardown = stack.teardown().await;
@@ -472,17 +472,14 @@ async fn owner_bound(stack: &Stack, tenant: &str) -> Result<i64> {
     .context("counting the owner's bound jobs")
 }
 
-/// The run's facts from the log, with reclaim latencies for the reclaim
-/// scenario.
+/// The run's facts from the log, with the fold of the whole log (goodput,
+/// reclaim latencies).
 async fn read_facts(
     store: &gpusched_store::EventStore,
     origin_unix_ms: u64,
-    scenario: Scenario,
 ) -> Result<metrics::LogFacts> {
     let mut facts = metrics::read_log(store, origin_unix_ms).await?;
-    if scenario == Scenario::Reclaim {
-        facts.reclaim_eligible_to_start_ms = metrics::reclaim_latencies(store).await?;
-    }
+    facts.fold = metrics::fold_log(store).await?;
     Ok(facts)
 }
 

@@ -216,7 +216,7 @@ pub fn reclaim(
         preemptible: true,
         checkpoint: Some(CheckpointPolicy {
             interval_s: 1800,
-            duration_s: 60,
+            duration_s: RECLAIM_CHECKPOINT_S,
         }),
         max_runtime_s: Some(runtime_s),
         command: Vec::new(),
@@ -234,6 +234,9 @@ pub fn reclaim(
     (fill, back)
 }
 
+/// How long a borrower's checkpoint takes in the reclaim scenario,
+/// simulated seconds (÷ the time scale for wall time).
+pub const RECLAIM_CHECKPOINT_S: u64 = 60;
 /// The tenant that returns in the reclaim scenario.
 pub const RECLAIM_OWNER: &str = "team-0";
 /// The tenant that borrows the whole cluster.
