@@ -12,6 +12,7 @@ mod nodes;
 mod replay;
 mod review;
 mod spec;
+mod svg;
 mod tenants;
 
 use anyhow::{bail, Context, Result};
@@ -168,6 +169,11 @@ struct SimulateArgs {
     /// request (0: victims get only the base grace).
     #[arg(long, value_name = "SECONDS")]
     checkpoint_grace: Option<u64>,
+    /// Seconds a resumed run (a preempted or requeued job that ran before)
+    /// takes from its binding to its start: restoring its checkpoint and
+    /// warming up. Counted as recovery (restart) in the goodput figures.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    restore_s: u64,
     /// Print this job's history with the reason at each step.
     #[arg(long, value_name = "JOB_ID")]
     explain: Option<u64>,
@@ -207,6 +213,25 @@ struct SimulateArgs {
     /// Write every event as JSON lines to FILE (implies keeping them).
     #[arg(long, value_name = "FILE")]
     events_out: Option<PathBuf>,
+    /// Write an SVG timeline of the run's preemptions to FILE: one row per
+    /// job a plan involved, its states as bars and its checkpoints, plans
+    /// and preemption as marks (implies keeping the events).
+    #[arg(long, value_name = "FILE")]
+    timeline_svg: Option<PathBuf>,
+    /// Start the timeline's axis at this virtual second [default: a margin
+    /// before the first plan].
+    #[arg(long, value_name = "SECONDS", requires = "timeline_svg")]
+    timeline_from: Option<u64>,
+    /// End the timeline's axis at this virtual second [default: a margin
+    /// after the last beneficiary started or victim stopped].
+    #[arg(long, value_name = "SECONDS", requires = "timeline_svg")]
+    timeline_to: Option<u64>,
+    /// Print why this job was preempted in this run, as `gpusched
+    /// why-preempted` prints it: the victim search run again on the state
+    /// just before the last plan that chose it, under this run's cycle
+    /// configuration (implies keeping the events).
+    #[arg(long, value_name = "JOB_ID")]
+    why_preempted: Option<u64>,
 }
 
 /// Runs an API client command on a small runtime of its own.
@@ -341,11 +366,21 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if let Some(g) = args.checkpoint_grace {
         cycle.preemption.max_checkpoint_grace_ms = g.saturating_mul(1000);
     }
-    let record = args.verify_replay || args.events_out.is_some() || args.explain.is_some();
+    if let (Some(from), Some(to)) = (args.timeline_from, args.timeline_to) {
+        if from >= to {
+            bail!("--timeline-from: {from} s is not before --timeline-to {to} s");
+        }
+    }
+    let record = args.verify_replay
+        || args.events_out.is_some()
+        || args.explain.is_some()
+        || args.timeline_svg.is_some()
+        || args.why_preempted.is_some();
     let opts = SimOptions {
         cycle,
         until: args.until.map(gpusched_model::Timestamp::from_secs),
         record_events: record,
+        restore_ms: args.restore_s.saturating_mul(1000),
     };
     let cluster_desc = format!(
         "{} nodes, {} GPUs, {} tenants, K = {}, R = {}, victim order {:?}",
@@ -410,6 +445,19 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             println!("  {line}");
         }
     }
+    if let Some(id) = args.why_preempted {
+        let id = gpusched_model::JobId(id);
+        if sim.state().job(id).is_none() {
+            bail!(
+                "--why-preempted: no job {id} in this run (jobs are numbered from 1 in submit order)"
+            );
+        }
+        println!();
+        review::why_preempted_in_run(sim.log(), id, cycle).context("--why-preempted")?;
+    }
+    if let Some(path) = &args.timeline_svg {
+        write_timeline(&sim, path, args.timeline_from, args.timeline_to)?;
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json).with_context(|| format!("--report {}", path.display()))?;
@@ -417,6 +465,37 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if report.replay_hash_matches == Some(false) {
         bail!("replay of the event log gave a different state hash");
     }
+    Ok(())
+}
+
+/// Draws the run's preemptions (`--timeline-svg`) and says what it drew.
+fn write_timeline(
+    sim: &Simulator,
+    path: &std::path::Path,
+    from: Option<u64>,
+    to: Option<u64>,
+) -> Result<()> {
+    let window = svg::Window {
+        from: from.map(gpusched_model::Timestamp::from_secs),
+        to: to.map(gpusched_model::Timestamp::from_secs),
+    };
+    let drawn = svg::timeline(sim.state(), sim.log(), window);
+    std::fs::write(path, &drawn.svg)
+        .with_context(|| format!("--timeline-svg {}", path.display()))?;
+    let left_out = match drawn.left_out {
+        0 => String::new(),
+        n => format!(" ({n} more jobs left out)"),
+    };
+    println!();
+    println!(
+        "timeline of {} of {} preemption plans, {} jobs{left_out}, simulated {} s to {} s: {}",
+        drawn.plans_shown,
+        drawn.plans,
+        drawn.rows,
+        drawn.from.as_secs(),
+        drawn.to.as_secs(),
+        path.display()
+    );
     Ok(())
 }
 

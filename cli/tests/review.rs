@@ -5,6 +5,8 @@
 //! the same log folded in process.
 #![allow(clippy::unwrap_used)]
 
+mod exit;
+use exit::{ok, refused};
 use gpusched_core::State;
 use gpusched_events::{Event, PreemptionCause};
 mod simlog;
@@ -27,25 +29,6 @@ fn cli(url: &str, args: &[&str]) -> Output {
         .env("DATABASE_URL", url)
         .output()
         .unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
-fn refused(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).to_string()
 }
 
 /// The first reclaim plan: (its index in the log, beneficiary, first victim).

@@ -4,7 +4,8 @@
 //! why a job was preempted (`why-preempted`).
 //!
 //! Owns: the walk (the log folded from its first event, each event shown to
-//! a visitor with the state just before it) and what an instant on the
+//! a visitor with the state just before it; the Postgres log's, or a
+//! simulated run's in memory, `walk_events`) and what an instant on the
 //! command line means. The log's clock is the latest time its events have
 //! carried so far: an event's time is its own `at`, or the time of the
 //! events before it when it carries none or an earlier one (services'
@@ -19,7 +20,7 @@ mod show;
 mod timeline;
 
 pub use diff::{diff, DiffArgs};
-pub use preempted::{why_preempted, WhyPreemptedArgs};
+pub use preempted::{why_preempted, why_preempted_in_run, WhyPreemptedArgs};
 pub use show::{show, ShowArgs};
 pub use timeline::{timeline, TimelineArgs};
 
@@ -127,6 +128,45 @@ pub struct Walked {
     pub time: Option<Timestamp>,
 }
 
+impl Walked {
+    fn new() -> Walked {
+        Walked {
+            state: State::new(),
+            seq: 0,
+            time: None,
+        }
+    }
+
+    /// Shows the event at `seq` to `visit` and folds it; false, folding
+    /// nothing, when it is past `until`.
+    fn step(
+        &mut self,
+        seq: u64,
+        event: &Event,
+        until: Option<Instant>,
+        visit: &mut dyn Visitor,
+    ) -> bool {
+        let time = match (explain::event_at(event), self.time) {
+            (Some(t), Some(c)) => Some(t.max(c)),
+            (t, c) => t.or(c),
+        };
+        if until.is_some_and(|u| !u.covers(seq, time)) {
+            return false;
+        }
+        visit.before(&Step {
+            seq,
+            time,
+            event,
+            before: &self.state,
+        });
+        let applied = self.state.apply(event).is_ok();
+        visit.after(seq, event, applied, &self.state);
+        self.seq = seq;
+        self.time = time;
+        true
+    }
+}
+
 /// Folds the log from its first event up to `until` (the whole log when
 /// `None`), showing each event to `visit`.
 pub async fn walk(
@@ -138,34 +178,27 @@ pub async fn walk(
         Some(Instant::Seq(n)) => n,
         _ => store.max_seq().await.context("reading the log's end")?,
     };
-    let mut out = Walked {
-        state: State::new(),
-        seq: 0,
-        time: None,
-    };
+    let mut out = Walked::new();
     let mut pages = store.pages(0, upto, REPLAY_PAGE);
     while let Some(page) = pages.next().await {
         for entry in page.context("reading the log")? {
-            let time = match (explain::event_at(&entry.event), out.time) {
-                (Some(t), Some(c)) => Some(t.max(c)),
-                (t, c) => t.or(c),
-            };
-            if until.is_some_and(|u| !u.covers(entry.seq, time)) {
+            if !out.step(entry.seq, &entry.event, until, visit) {
                 return Ok(out);
             }
-            visit.before(&Step {
-                seq: entry.seq,
-                time,
-                event: &entry.event,
-                before: &out.state,
-            });
-            let applied = out.state.apply(&entry.event).is_ok();
-            visit.after(entry.seq, &entry.event, applied, &out.state);
-            out.seq = entry.seq;
-            out.time = time;
         }
     }
     Ok(out)
+}
+
+/// Folds a whole in-memory log (a simulated run's) as `walk` folds the
+/// stored one: its events numbered from 1, as appending them to an empty
+/// log would number them.
+pub fn walk_events(events: &[Event], visit: &mut dyn Visitor) -> Walked {
+    let mut out = Walked::new();
+    for (seq, event) in (1u64..).zip(events) {
+        out.step(seq, event, None, visit);
+    }
+    out
 }
 
 /// Connects to the log for a review.

@@ -3,8 +3,11 @@
 //! this runs the stage's victim search again on the state just before the
 //! plan, at the plan's time, and prints every candidate and every victim
 //! set the search costed, the set it chose, and who got the GPUs after.
+//! The same report answers for a simulated run's in-memory log
+//! (`gpusched simulate --why-preempted`, `why_preempted_in_run`), with
+//! times on the run's virtual clock.
 //!
-//! Owns: the report. The search is the stage's own
+//! Owns: the report, whichever log it reads. The search is the stage's own
 //! (`preemption::search_report`), under the same cycle flags the services
 //! take. Must never: present a search that chose differently from the
 //! logged plan as the reason: it says so instead (the service ran with
@@ -20,7 +23,7 @@ use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
 use gpusched_model::{JobId, NodeId, Timestamp};
 use gpusched_runtime::CycleArgs;
 
-use super::{time_text, walk, Step, Visitor};
+use super::{time_text, walk, walk_events, Step, Visitor};
 use crate::client::table;
 
 /// `gpusched why-preempted`.
@@ -37,6 +40,34 @@ pub struct WhyPreemptedArgs {
     log: super::LogArgs,
 }
 
+/// How the report writes a time.
+#[derive(Clone, Copy, Debug)]
+enum Clock {
+    /// The log's clock, UTC (`time_text`).
+    Log,
+    /// A simulated run's virtual clock: `t=H:MM:SS.mmm` since its start.
+    Virtual,
+}
+
+impl Clock {
+    fn text(self, t: impl Into<Option<Timestamp>>) -> String {
+        match (self, t.into()) {
+            (Clock::Log, t) => time_text(t),
+            (Clock::Virtual, None) => "-".to_string(),
+            (Clock::Virtual, Some(t)) => {
+                let s = t.0 / 1000;
+                format!(
+                    "t={}:{:02}:{:02}.{:03}",
+                    s / 3600,
+                    s / 60 % 60,
+                    s % 60,
+                    t.0 % 1000
+                )
+            }
+        }
+    }
+}
+
 /// A GPU-ms figure in GPU-hours.
 fn gpu_h(ms: u64) -> String {
     format!("{:.2}", ms as f64 / 3.6e6)
@@ -47,6 +78,7 @@ struct Around {
     victim: JobId,
     plan_seq: u64,
     cfg: CycleConfig,
+    clock: Clock,
     /// The re-run search, and the victim's GPUs then.
     search: Option<SearchReport>,
     held: Vec<Assignment>,
@@ -85,7 +117,7 @@ impl Visitor for Around {
             format!(
                 "seq {} at {}: {}",
                 step.seq,
-                time_text(step.time),
+                self.clock.text(step.time),
                 explain::log_line(s, step.event)
             )
         };
@@ -191,89 +223,147 @@ fn indent(t: &str) -> String {
 pub async fn why_preempted(args: WhyPreemptedArgs) -> Result<()> {
     let store = super::connect(&args.log.database_url).await?;
     let victim = JobId(args.job);
-    let plans = store
+    let stored = store
         .plans_naming_victim(victim)
         .await
         .context("reading the preemption plans")?;
-    if plans.is_empty() {
+    if stored.is_empty() {
         bail!("job {victim}: no preemption plan in the log chose it as a victim");
     }
-    let k = args.plan.map_or(plans.len(), |k| k as usize);
-    let Some(plan) = plans.get(k - 1) else {
-        bail!(
-            "--plan {k}: the log holds {} plans naming job {victim}",
-            plans.len()
-        );
-    };
-    let Event::PreemptionPlanned {
-        beneficiary,
-        cause,
-        victims,
-        at,
-        ..
-    } = &plan.event
-    else {
-        bail!("seq {}: not a preemption plan", plan.seq);
-    };
-    let mut around = Around {
-        victim,
-        plan_seq: plan.seq,
-        cfg: args.cycle.config(),
-        search: None,
-        held: Vec::new(),
-        names: BTreeMap::new(),
-        stopped: None,
-        rebinds: Vec::new(),
-        resumed: None,
-    };
+    let plans: Vec<(u64, &Event)> = stored.iter().map(|p| (p.seq, &p.event)).collect();
+    let question = Question::ask(victim, &plans, args.plan)?;
+    let mut around = question.around(args.cycle.config(), Clock::Log);
     walk(&store, None, &mut around).await?;
-    print_plan(
-        &around,
-        plan.seq,
-        k,
-        plans.len(),
-        *beneficiary,
-        cause,
-        victims,
-        *at,
-    );
-    match &around.search {
-        _ if matches!(cause, PreemptionCause::Reservation) => {
-            println!("no search: backfill leaves when the reservation it used is due");
-        }
-        Some(r) => {
-            print_search(r, victims, plan.seq.saturating_sub(1));
-            let chosen = r.chosen.map(|i| &r.sets[i].victims);
-            if chosen.map(|c| victims_text(c)) != Some(victims_text(victims)) {
-                println!(
-                    "note: run again, the search does not choose the logged victims; the \
-                     preemption service ran with other flags than these, or decided on a \
-                     view a few events older than seq {}",
-                    plan.seq.saturating_sub(1)
-                );
-            }
-        }
-        None => println!(
-            "the search cannot be run again: just before the plan, job {beneficiary} was not \
-             waiting for preemption (the service decided on an older view)"
-        ),
-    }
-    print_after(&around);
+    question.answer(&around);
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn print_plan(
-    a: &Around,
+/// Prints why the job was preempted in a simulated run: the same report
+/// as `why_preempted`, on the run's own log (its events numbered from 1)
+/// and under the run's own cycle configuration, about the last plan that
+/// chose the job.
+pub fn why_preempted_in_run(log: &[Event], victim: JobId, cfg: CycleConfig) -> Result<()> {
+    let plans: Vec<(u64, &Event)> = (1u64..)
+        .zip(log)
+        .filter(|(_, e)| {
+            matches!(e, Event::PreemptionPlanned { victims, .. }
+                if victims.iter().any(|v| v.job == victim))
+        })
+        .collect();
+    if plans.is_empty() {
+        bail!("job {victim}: no preemption plan in this run chose it as a victim");
+    }
+    let question = Question::ask(victim, &plans, None)?;
+    let mut around = question.around(cfg, Clock::Virtual);
+    walk_events(log, &mut around);
+    question.answer(&around);
+    Ok(())
+}
+
+/// One logged plan, as the report reads it.
+struct Plan<'a> {
+    beneficiary: JobId,
+    cause: &'a PreemptionCause,
+    victims: &'a [Victim],
+    at: Timestamp,
+}
+
+/// The plan a report is about: the `k`th of the `of` plans naming the
+/// victim, at sequence number `seq`.
+struct Question<'a> {
+    victim: JobId,
     seq: u64,
     k: usize,
     of: usize,
-    beneficiary: JobId,
-    cause: &PreemptionCause,
-    victims: &[Victim],
-    at: Timestamp,
-) {
-    let why = match cause {
+    plan: Plan<'a>,
+}
+
+impl<'a> Question<'a> {
+    /// Picks the plan `which` (1 the first; `None` the last) among
+    /// `plans`, the (sequence number, event) of every plan naming `victim`
+    /// in log order.
+    fn ask(victim: JobId, plans: &[(u64, &'a Event)], which: Option<u64>) -> Result<Self> {
+        let k = which.map_or(plans.len(), |k| k as usize);
+        let Some((seq, event)) = k.checked_sub(1).and_then(|i| plans.get(i)) else {
+            bail!(
+                "--plan {k}: the log holds {} plans naming job {victim}",
+                plans.len()
+            );
+        };
+        let Event::PreemptionPlanned {
+            beneficiary,
+            cause,
+            victims,
+            at,
+            ..
+        } = event
+        else {
+            bail!("seq {seq}: not a preemption plan");
+        };
+        Ok(Question {
+            victim,
+            seq: *seq,
+            k,
+            of: plans.len(),
+            plan: Plan {
+                beneficiary: *beneficiary,
+                cause,
+                victims,
+                at: *at,
+            },
+        })
+    }
+
+    /// The visitor that gathers, over a walk of the whole log, what the
+    /// report shows around the plan.
+    fn around(&self, cfg: CycleConfig, clock: Clock) -> Around {
+        Around {
+            victim: self.victim,
+            plan_seq: self.seq,
+            cfg,
+            clock,
+            search: None,
+            held: Vec::new(),
+            names: BTreeMap::new(),
+            stopped: None,
+            rebinds: Vec::new(),
+            resumed: None,
+        }
+    }
+
+    /// Prints the report from what the walk gathered.
+    fn answer(&self, around: &Around) {
+        let p = &self.plan;
+        print_plan(around, self);
+        match &around.search {
+            _ if matches!(p.cause, PreemptionCause::Reservation) => {
+                println!("no search: backfill leaves when the reservation it used is due");
+            }
+            Some(r) => {
+                print_search(r, p.victims, self.seq.saturating_sub(1));
+                let chosen = r.chosen.map(|i| &r.sets[i].victims);
+                if chosen.map(|c| victims_text(c)) != Some(victims_text(p.victims)) {
+                    println!(
+                        "note: run again, the search does not choose the logged victims; the \
+                         preemption service ran with other flags than these, or decided on a \
+                         view a few events older than seq {}",
+                        self.seq.saturating_sub(1)
+                    );
+                }
+            }
+            None => println!(
+                "the search cannot be run again: just before the plan, job {} was not \
+                 waiting for preemption (the service decided on an older view)",
+                p.beneficiary
+            ),
+        }
+        print_after(around);
+    }
+}
+
+fn print_plan(a: &Around, q: &Question<'_>) {
+    let p = &q.plan;
+    let why = match p.cause {
         PreemptionCause::Reclaim {
             tenant,
             flavor,
@@ -287,9 +377,13 @@ fn print_plan(
         PreemptionCause::Reservation => "the reservation it backfilled was due".to_string(),
     };
     println!(
-        "job {} was chosen as a victim at {} (seq {seq}, plan {k} of {of}) for job {beneficiary}: {why}",
+        "job {} was chosen as a victim at {} (seq {}, plan {} of {}) for job {}: {why}",
         a.victim,
-        time_text(at)
+        a.clock.text(p.at),
+        q.seq,
+        q.k,
+        q.of,
+        p.beneficiary
     );
     let held: Vec<String> = a
         .held
@@ -306,14 +400,15 @@ fn print_plan(
     if !held.is_empty() {
         println!("it held {}", held.join(", "));
     }
-    let rows: Vec<Vec<String>> = victims
+    let rows: Vec<Vec<String>> = p
+        .victims
         .iter()
         .map(|v| {
             vec![
                 v.job.to_string(),
                 gpu_h(v.expected_lost_gpu_ms),
                 gpu_h(v.cost),
-                time_text(v.deadline),
+                a.clock.text(v.deadline),
             ]
         })
         .collect();

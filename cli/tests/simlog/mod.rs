@@ -15,6 +15,7 @@ pub fn simulate(cluster: &Cluster, workload: Workload) -> (String, Vec<Event>) {
         cycle: cluster.cycle,
         until: None,
         record_events: true,
+        restore_ms: 0,
     };
     let mut sim = Simulator::new(cluster, workload, opts).expect("a valid simulation");
     sim.run(&mut |_| {}).expect("the simulation runs");

@@ -30,6 +30,10 @@ pub struct SimOptions {
     pub until: Option<Timestamp>,
     /// Keep every event, to replay it or write it out.
     pub record_events: bool,
+    /// How long a resumed run (a job that ran before: preempted, or
+    /// requeued after a lost node) takes from its binding to its start:
+    /// loading its checkpoint and warming up, ms. 0: it starts at once.
+    pub restore_ms: u64,
 }
 
 /// What happens next on the agenda.
@@ -41,6 +45,9 @@ enum Action {
     Finish(JobId, u32),
     /// A checkpoint of a run completes, capturing this much progress (ms).
     Checkpoint(JobId, u32, u64),
+    /// A resumed run has restored and starts (valid only for the binding
+    /// with this admission order).
+    Start(JobId, u64),
     /// Nothing but a cycle is due (a preemption deadline).
     Wake,
 }
@@ -298,6 +305,26 @@ impl Simulator {
     /// The agent's part after a run starts: its completion and its
     /// periodic checkpoints (each complete `duration_s` after it starts;
     /// one the run does not outlive is never reported).
+    /// The agent's part once a job is bound: a first run starts at once, a
+    /// resumed one (it ran before) after `restore_ms`.
+    fn start_bound(&mut self, job: JobId) -> Result<(), SimError> {
+        let Some(j) = self.state.job(job) else {
+            return Ok(());
+        };
+        if self.opts.restore_ms > 0 && j.starts > 0 {
+            let at = Timestamp(self.now.0 + self.opts.restore_ms);
+            self.push(at, Action::Start(job, j.admit_order));
+            return Ok(());
+        }
+        self.start(job)
+    }
+
+    fn start(&mut self, job: JobId) -> Result<(), SimError> {
+        self.apply(Event::JobStarted { job, at: self.now })?;
+        self.schedule_run(job);
+        Ok(())
+    }
+
     fn schedule_run(&mut self, job: JobId) {
         let Some(j) = self.state.job(job) else { return };
         let (starts, resume) = (j.starts, j.resume_progress_ms);
@@ -390,6 +417,15 @@ impl Simulator {
                 }
             }
             Action::Wake => {}
+            Action::Start(job, admit_order) => {
+                let bound = self
+                    .state
+                    .job(job)
+                    .is_some_and(|j| j.phase == Phase::Bound && j.admit_order == admit_order);
+                if bound {
+                    self.start(job)?;
+                }
+            }
             Action::Checkpoint(job, starts, progress) => {
                 let live = self.state.job(job).filter(|j| {
                     matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
@@ -504,8 +540,7 @@ impl Simulator {
             }
             // The agents start what was bound.
             for job in starts {
-                self.apply(Event::JobStarted { job, at: self.now })?;
-                self.schedule_run(job);
+                self.start_bound(job)?;
             }
             if s.decisions == 0 {
                 break;

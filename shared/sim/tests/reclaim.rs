@@ -10,12 +10,17 @@ use gpusched_sim::{replay, scenario, SimOptions, Simulator};
 use std::collections::BTreeMap;
 
 fn run(order: VictimOrder) -> Simulator {
+    run_restoring(order, 0)
+}
+
+fn run_restoring(order: VictimOrder, restore_ms: u64) -> Simulator {
     let (mut cluster, workload) = scenario::reclaim(1);
     cluster.cycle.preemption.order = order;
     let opts = SimOptions {
         cycle: cluster.cycle,
         until: None,
         record_events: true,
+        restore_ms,
     };
     let mut sim = Simulator::new(&cluster, workload, opts).unwrap();
     sim.run(&mut |_| {}).unwrap();
@@ -112,6 +117,48 @@ fn owner_reclaims_promptly_and_checkpoint_order_loses_less_than_kueue() {
         lc as f64 / 3.6e6,
         lk as f64 / 3.6e6
     );
+}
+
+/// With a restore time, every resumed run starts that long after its
+/// binding (a first run at once), and the goodput accounting counts
+/// exactly that as restart: each resumed job's GPUs × the restore time.
+#[test]
+fn resumed_victims_restore_before_they_start_and_it_counts_as_restart() {
+    let restore_ms = 60_000;
+    let sim = run_restoring(VictimOrder::Checkpoint, restore_ms);
+    check_complete(&sim);
+    let mut bound_at: BTreeMap<JobId, Timestamp> = BTreeMap::new();
+    let mut runs: BTreeMap<JobId, u32> = BTreeMap::new();
+    let mut expected_restart_gpu_ms = 0;
+    let mut resumed = 0;
+    for e in sim.log() {
+        match e {
+            Event::JobBound { job, at, .. } => {
+                bound_at.insert(*job, *at);
+            }
+            Event::JobStarted { job, at } => {
+                let n = runs.entry(*job).or_default();
+                let waited = at.millis_since(bound_at[job]);
+                if *n == 0 {
+                    assert_eq!(waited, 0, "job {job}'s first run waited {waited} ms");
+                } else {
+                    assert_eq!(waited, restore_ms, "job {job}'s resumed run");
+                    let gpus = sim.state().job(*job).unwrap().spec.total_gpus();
+                    expected_restart_gpu_ms += u64::from(gpus) * restore_ms;
+                    resumed += 1;
+                }
+                *n += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(resumed > 0, "no victim ran again");
+    let g = sim.measurements.goodput.overall();
+    assert_eq!(g.restart_gpu_ms, expected_restart_gpu_ms);
+    assert_eq!(g.parts_gpu_ms(), g.allocated_gpu_ms);
+    // Without one, restart is nothing.
+    let instant = run(VictimOrder::Checkpoint);
+    assert_eq!(instant.measurements.goodput.overall().restart_gpu_ms, 0);
 }
 
 /// A review's re-run of the victim search, on the state just before each

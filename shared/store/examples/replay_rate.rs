@@ -54,6 +54,7 @@ fn simulated_log(jobs: usize) -> Result<Vec<gpusched_events::Event>, Error> {
         cycle: CycleConfig::default(),
         until: None,
         record_events: true,
+        restore_ms: 0,
     };
     let mut sim = Simulator::new(&cluster, work, opts)?;
     sim.run(&mut |_| {})?;

@@ -9,6 +9,7 @@ pub fn run(cluster: &Cluster, w: Workload) -> Simulator {
         cycle: cluster.cycle,
         until: None,
         record_events: true,
+        restore_ms: 0,
     };
     let mut sim = Simulator::new(cluster, w, opts).unwrap();
     sim.run(&mut |_| {}).unwrap();
