@@ -165,6 +165,10 @@ struct SimulateArgs {
     /// No reservations and no backfill (for comparison).
     #[arg(long)]
     no_reservations: bool,
+    /// Override R, the blocked jobs that hold a reservation at once (the
+    /// cluster file's `reservations`; 0 is --no-reservations).
+    #[arg(long, value_name = "R", conflicts_with = "no_reservations")]
+    reservations: Option<usize>,
     /// Override the most seconds a victim gets to complete a checkpoint on
     /// request (0: victims get only the base grace).
     #[arg(long, value_name = "SECONDS")]
@@ -362,6 +366,9 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     };
     if args.no_reservations {
         cycle.reservations = 0;
+    }
+    if let Some(r) = args.reservations {
+        cycle.reservations = r;
     }
     if let Some(g) = args.checkpoint_grace {
         cycle.preemption.max_checkpoint_grace_ms = g.saturating_mul(1000);

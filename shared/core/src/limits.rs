@@ -120,8 +120,10 @@ pub struct ScanMemo {
 /// Where a best-effort tenant's pass was cut by the depth bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TenantResume {
-    /// (tenant version, cohort version) when it was cut: any change to the
-    /// tenant's queue or usage, or to its cohort, starts again from the head.
+    /// (tenant version, cohort version) when it was cut: a job queued,
+    /// requeued or cancelled, quota released, or a reconfiguration of the
+    /// tenant or its cohort starts again from the head (an admission does
+    /// not: it only leaves less room for the jobs passed over).
     pub stamp: (u64, u64),
     /// The last job looked at; the next pass starts after it.
     pub after: QueueKey,

@@ -11,11 +11,13 @@
 //! running jobs ordered by unsaved work; at most `max_candidates` are looked
 //! at and at most `max_sets` victim sets costed per beneficiary.
 //!
-//! Cost of a victim = GPUs × (now − last complete checkpoint, or run
-//! start), plus GPUs × restart cost, plus GPUs × a thrash penalty if it was
-//! preempted recently. A checkpointable victim is given the time to complete
-//! a checkpoint when one fits in `max_checkpoint_grace_ms`, and is then
-//! costed at the work of that checkpoint plus the beneficiary's extra wait.
+//! Cost of a victim = the work it loses, plus GPUs × restart cost, plus
+//! GPUs × a thrash penalty if it was preempted recently. The work it loses
+//! is the least of: stopping after the base grace, GPUs × (now − last
+//! complete checkpoint, or run start, + grace); completing a checkpoint on
+//! request when one fits in `max_checkpoint_grace_ms`, GPUs × its duration;
+//! waiting for its next periodic checkpoint when that completes within the
+//! wait window, GPUs × its duration (docs/design.md, section 3).
 //! The cheapest set that frees what the beneficiary needs in one domain wins;
 //! a minimality pass drops any victim the set can do without. With
 //! `VictimOrder::Kueue` the same search orders candidates as Kueue does

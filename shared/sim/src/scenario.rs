@@ -73,7 +73,7 @@ fn job(
 ///   (60–180 s per checkpoint; one in five does not checkpoint). The first 64
 ///   fill the idle cluster, half of it on `research`'s lent quota.
 /// - t = 3 h: `research` returns with eight 1×8 jobs and two 4×8 block
-///   gangs (96 GPUs), and at 3 h 30 min eight more 1×8 jobs: 160 GPUs in all,
+///   gangs (128 GPUs), and at 3 h 30 min eight more 1×8 jobs: 192 GPUs in all,
 ///   within its 256 nominal. Each runs 2 h.
 ///
 /// The seed varies checkpoint intervals and durations.
