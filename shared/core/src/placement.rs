@@ -66,199 +66,262 @@ fn node_ready(state: &State, n: NodeId) -> bool {
         .is_some_and(|node| node.status == crate::state::NodeStatus::Ready)
 }
 
-/// Binds up to `cfg.max_heads` admitted jobs, round-robin across flavors.
+/// Binds up to `cfg.max_heads` admitted jobs, round-robin across flavors:
+/// first the reserved jobs whose nodes are free now, then each flavor's
+/// admitted jobs in order, until a flavor has `max_heads_per_tenant`
+/// blocked jobs or nothing more can fit in it.
 pub fn decide(
     state: &State,
     memo: &mut ScanMemo,
     cfg: &CycleConfig,
     now: Timestamp,
 ) -> (Vec<Event>, PlacementStats) {
-    let mut ov = CapacityOverlay::default();
-    let mut held = Held::default();
-    let mut stats = PlacementStats::default();
-    let mut events = Vec::new();
-    let mut done: FxHashSet<JobId> = FxHashSet::default();
-
-    // 1. Reserved jobs whose nodes are free now bind there.
-    for (&owner, r) in state.reservations() {
-        let Some(job) = state.job(owner).filter(|j| j.phase == Phase::Admitted) else {
-            continue;
-        };
-        let ready = r.assignments.iter().all(|a| {
-            node_ready(state, a.node)
-                && Some(state.nodes()[a.node.index()].flavor) == job.flavor
-                && held.free(state, a.node) >= a.gpus
-        });
-        if ready {
-            held.take(&r.assignments);
-            done.insert(owner);
-            stats.bound += 1;
-            events.push(Event::JobBound {
-                job: owner,
-                assignments: r.assignments.clone(),
-                backfill_for: None,
-                at: now,
-            });
-        }
-    }
-    let mut blocked_reservations = state
-        .reservations()
-        .values()
-        .filter(|r| !r.for_preemption)
-        .count();
-    // A flavor found blocked stays so while its capacity and the number of
-    // reservations held (a budget all flavors share) stay the same.
-    let blocked_stamp = |f: FlavorIdx| (state.capacity_version(f), state.reservations().len());
-
-    // 2. Admitted jobs, per flavor in order, round-robin across flavors.
+    let mut pass = Pass::new(state, cfg, now);
+    pass.bind_reserved();
     // (flavor, cursor, jobs examined in this flavor that did not fit)
     let mut active: Vec<(FlavorIdx, Option<QueueKey>, usize)> = (0..state.flavors().len())
         .map(|f| f as FlavorIdx)
         .filter(|&f| state.unplaced_after(f, None).is_some())
-        .filter(|&f| memo.flavor_blocked.get(&f) != Some(&blocked_stamp(f)))
+        .filter(|&f| memo.flavor_blocked.get(&f) != Some(&blocked_stamp(state, f)))
         .map(|f| (f, None, 0))
         .collect();
-    // Flavors where this pass planned (or tried to plan) a reservation: they
-    // are looked at again next cycle rather than parked, since the plan
-    // depends on this pass's own placements.
-    let mut reserving: FxHashSet<FlavorIdx> = FxHashSet::default();
-    while !active.is_empty() && (stats.heads_examined as usize) < cfg.max_heads {
+    while !active.is_empty() && (pass.stats.heads_examined as usize) < cfg.max_heads {
         let mut i = 0;
-        while i < active.len() && (stats.heads_examined as usize) < cfg.max_heads {
+        while i < active.len() && (pass.stats.heads_examined as usize) < cfg.max_heads {
             let (f, cursor, mut blocked) = active[i];
             let Some(key) = state.unplaced_after(f, cursor) else {
-                if !reserving.contains(&f) {
-                    memo.flavor_blocked.insert(f, blocked_stamp(f));
-                }
+                pass.park(memo, f);
                 active.swap_remove(i);
                 continue;
             };
-            stats.heads_examined += 1;
-            let job = state.job(key.job).filter(|_| !done.contains(&key.job));
+            pass.stats.heads_examined += 1;
+            let job = state.job(key.job).filter(|_| !pass.done.contains(&key.job));
             if let Some(job) = job {
-                let (w, g) = (job.spec.workers, job.spec.gpus_per_worker);
-                let cap = state.capacity();
-                let found = cap
-                    .find_domain(&ov, f, job.level, w, g, &mut stats.domains_probed)
-                    .and_then(|d| cap.choose_nodes(&ov, d, w, g));
-                if let Some(assignments) = found {
-                    cap.take(&mut ov, &assignments);
-                    done.insert(job.id);
-                    stats.bound += 1;
-                    events.push(Event::JobBound {
-                        job: job.id,
-                        assignments,
-                        backfill_for: None,
-                        at: now,
-                    });
-                } else if let Some((owner, assignments)) = (cfg.reservations > 0)
-                    .then(|| backfill(state, &held, &done, job, now))
-                    .flatten()
-                {
-                    held.take(&assignments);
-                    done.insert(job.id);
-                    stats.backfilled += 1;
-                    stats.bound += 1;
-                    events.push(Event::JobBound {
-                        job: job.id,
-                        assignments,
-                        backfill_for: Some(owner),
-                        at: now,
-                    });
-                } else {
+                if !pass.place(job, f) {
                     blocked += 1;
-                    if cfg.reservations > 0 {
-                        let own = state.reservations().get(&job.id);
-                        let replan = match own {
-                            None => blocked_reservations < cfg.reservations,
-                            // Re-planned each time it is looked at while
-                            // stale: its start depends on the clock and on
-                            // victims' deadlines, which no version stamps.
-                            Some(r) => !r.for_preemption && r.stale,
-                        };
-                        if replan {
-                            reserving.insert(f);
-                            let plan = plan_reservation(
-                                state,
-                                &ov,
-                                &held,
-                                cfg,
-                                job,
-                                f,
-                                now,
-                                &mut stats.domains_probed,
-                            );
-                            if let Some((assignments, start)) = plan {
-                                // A new plan replaces the old one only if
-                                // it starts earlier.
-                                let better = own.is_none_or(|r| earlier(start, r.start));
-                                let clash =
-                                    assignments.iter().any(|a| held.reserved.contains(&a.node));
-                                if better && !clash {
-                                    if own.is_none() {
-                                        blocked_reservations += 1;
-                                    }
-                                    done.insert(job.id);
-                                    // Later jobs of this pass keep off these nodes.
-                                    for a in &assignments {
-                                        held.reserved.insert(a.node);
-                                        let free = cap.free_with(&ov, a.node);
-                                        if free > 0 {
-                                            cap.take(
-                                                &mut ov,
-                                                &[Assignment {
-                                                    node: a.node,
-                                                    gpus: free,
-                                                }],
-                                            );
-                                        }
-                                    }
-                                    stats.reservations += 1;
-                                    events.push(Event::ReservationMade {
-                                        job: job.id,
-                                        assignments,
-                                        start,
-                                        at: now,
-                                    });
-                                }
-                            }
-                        }
-                    }
-                    let reason = PendingReason::NoDomainFits {
-                        flavor: state.flavor_name(f).to_string(),
-                        level: state.level_name(job.level).to_string(),
-                        workers: w,
-                        gpus_per_worker: g,
-                        largest_free: cap.largest_free(&ov, f, job.level),
-                    };
-                    if job.last_reason.as_ref().map(|r| r.kind()) != Some(reason.kind()) {
-                        events.push(Event::JobPending {
-                            job: job.id,
-                            reason,
-                            at: now,
-                        });
-                    }
+                    pass.reserve(job, f);
+                    pass.record_pending(job, f);
                 }
             }
-            // Nothing more fits once no schedulable node of the flavor has
-            // a free GPU, no reserved node may take backfill and no blocked
-            // job is owed a reservation (explain still answers for the jobs
-            // behind).
-            let exhausted = state.capacity().largest_free(&ov, f, 0) == 0
-                && state.reservations().is_empty()
-                && (cfg.reservations == 0 || blocked_reservations >= cfg.reservations);
             active[i] = (f, Some(key), blocked);
-            if blocked >= cfg.max_heads_per_tenant || exhausted {
-                if !reserving.contains(&f) {
-                    memo.flavor_blocked.insert(f, blocked_stamp(f));
-                }
+            if blocked >= cfg.max_heads_per_tenant || pass.exhausted(f) {
+                pass.park(memo, f);
                 active.swap_remove(i);
                 continue;
             }
             i += 1;
         }
     }
-    (events, stats)
+    (pass.events, pass.stats)
+}
+
+/// A flavor found blocked stays so while its capacity and the number of
+/// reservations held (a budget all flavors share) stay the same.
+fn blocked_stamp(state: &State, f: FlavorIdx) -> (u64, usize) {
+    (state.capacity_version(f), state.reservations().len())
+}
+
+/// One placement pass: what it has taken and decided so far.
+struct Pass<'a> {
+    state: &'a State,
+    cfg: &'a CycleConfig,
+    now: Timestamp,
+    ov: CapacityOverlay,
+    held: Held,
+    stats: PlacementStats,
+    events: Vec<Event>,
+    /// Jobs bound, backfilled or given a reservation in this pass.
+    done: FxHashSet<JobId>,
+    /// Reservations held for blocked jobs (not for preemption), counting
+    /// this pass's.
+    blocked_reservations: usize,
+    /// Flavors where this pass planned (or tried to plan) a reservation:
+    /// they are looked at again next cycle rather than parked, since the
+    /// plan depends on this pass's own placements.
+    reserving: FxHashSet<FlavorIdx>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(state: &'a State, cfg: &'a CycleConfig, now: Timestamp) -> Self {
+        Pass {
+            state,
+            cfg,
+            now,
+            ov: CapacityOverlay::default(),
+            held: Held::default(),
+            stats: PlacementStats::default(),
+            events: Vec::new(),
+            done: FxHashSet::default(),
+            blocked_reservations: state
+                .reservations()
+                .values()
+                .filter(|r| !r.for_preemption)
+                .count(),
+            reserving: FxHashSet::default(),
+        }
+    }
+
+    fn bound(&mut self, job: JobId, assignments: Vec<Assignment>, backfill_for: Option<JobId>) {
+        self.done.insert(job);
+        self.stats.bound += 1;
+        self.events.push(Event::JobBound {
+            job,
+            assignments,
+            backfill_for,
+            at: self.now,
+        });
+    }
+
+    /// Reserved jobs whose nodes are all free now bind there.
+    fn bind_reserved(&mut self) {
+        let state = self.state;
+        for (&owner, r) in state.reservations() {
+            let Some(job) = state.job(owner).filter(|j| j.phase == Phase::Admitted) else {
+                continue;
+            };
+            let ready = r.assignments.iter().all(|a| {
+                node_ready(state, a.node)
+                    && Some(state.nodes()[a.node.index()].flavor) == job.flavor
+                    && self.held.free(state, a.node) >= a.gpus
+            });
+            if ready {
+                self.held.take(&r.assignments);
+                self.bound(owner, r.assignments.clone(), None);
+            }
+        }
+    }
+
+    /// Binds `job` in the fullest domain of flavor `f` that fits, or as
+    /// backfill on reserved nodes it cannot delay; false if neither.
+    fn place(&mut self, job: &Job, f: FlavorIdx) -> bool {
+        let (w, g) = (job.spec.workers, job.spec.gpus_per_worker);
+        let cap = self.state.capacity();
+        let found = cap
+            .find_domain(&self.ov, f, job.level, w, g, &mut self.stats.domains_probed)
+            .and_then(|d| cap.choose_nodes(&self.ov, d, w, g));
+        if let Some(assignments) = found {
+            cap.take(&mut self.ov, &assignments);
+            self.bound(job.id, assignments, None);
+            return true;
+        }
+        let backfill = (self.cfg.reservations > 0)
+            .then(|| backfill(self.state, &self.held, &self.done, job, self.now))
+            .flatten();
+        let Some((owner, assignments)) = backfill else {
+            return false;
+        };
+        self.held.take(&assignments);
+        self.stats.backfilled += 1;
+        self.bound(job.id, assignments, Some(owner));
+        true
+    }
+
+    /// Plans a reservation for blocked `job` while the budget allows one,
+    /// or re-plans its own stale one; a new plan replaces the old only if
+    /// it starts earlier and takes no node another plan of this pass holds.
+    fn reserve(&mut self, job: &Job, f: FlavorIdx) {
+        if self.cfg.reservations == 0 {
+            return;
+        }
+        let own = self.state.reservations().get(&job.id);
+        let replan = match own {
+            None => self.blocked_reservations < self.cfg.reservations,
+            // Re-planned each time it is looked at while stale: its start
+            // depends on the clock and on victims' deadlines, which no
+            // version stamps.
+            Some(r) => !r.for_preemption && r.stale,
+        };
+        if !replan {
+            return;
+        }
+        self.reserving.insert(f);
+        let plan = plan_reservation(
+            self.state,
+            &self.ov,
+            &self.held,
+            self.cfg,
+            job,
+            f,
+            self.now,
+            &mut self.stats.domains_probed,
+        );
+        let Some((assignments, start)) = plan else {
+            return;
+        };
+        let better = own.is_none_or(|r| earlier(start, r.start));
+        let clash = assignments
+            .iter()
+            .any(|a| self.held.reserved.contains(&a.node));
+        if !better || clash {
+            return;
+        }
+        if own.is_none() {
+            self.blocked_reservations += 1;
+        }
+        self.done.insert(job.id);
+        self.hold_reserved(&assignments);
+        self.stats.reservations += 1;
+        self.events.push(Event::ReservationMade {
+            job: job.id,
+            assignments,
+            start,
+            at: self.now,
+        });
+    }
+
+    /// Later jobs of this pass keep off these reserved nodes.
+    fn hold_reserved(&mut self, assignments: &[Assignment]) {
+        let cap = self.state.capacity();
+        for a in assignments {
+            self.held.reserved.insert(a.node);
+            let free = cap.free_with(&self.ov, a.node);
+            if free > 0 {
+                cap.take(
+                    &mut self.ov,
+                    &[Assignment {
+                        node: a.node,
+                        gpus: free,
+                    }],
+                );
+            }
+        }
+    }
+
+    /// Records why `job` waits, when the reason's kind changed.
+    fn record_pending(&mut self, job: &Job, f: FlavorIdx) {
+        let state = self.state;
+        let reason = PendingReason::NoDomainFits {
+            flavor: state.flavor_name(f).to_string(),
+            level: state.level_name(job.level).to_string(),
+            workers: job.spec.workers,
+            gpus_per_worker: job.spec.gpus_per_worker,
+            largest_free: state.capacity().largest_free(&self.ov, f, job.level),
+        };
+        if job.last_reason.as_ref().map(|r| r.kind()) != Some(reason.kind()) {
+            self.events.push(Event::JobPending {
+                job: job.id,
+                reason,
+                at: self.now,
+            });
+        }
+    }
+
+    /// Nothing more fits once no schedulable node of the flavor has a free
+    /// GPU, no reserved node may take backfill and no blocked job is owed
+    /// a reservation (explain still answers for the jobs behind).
+    fn exhausted(&self, f: FlavorIdx) -> bool {
+        self.state.capacity().largest_free(&self.ov, f, 0) == 0
+            && self.state.reservations().is_empty()
+            && (self.cfg.reservations == 0 || self.blocked_reservations >= self.cfg.reservations)
+    }
+
+    /// Parks flavor `f` in the memo until its stamp changes, unless this
+    /// pass planned a reservation in it.
+    fn park(&self, memo: &mut ScanMemo, f: FlavorIdx) {
+        if !self.reserving.contains(&f) {
+            memo.flavor_blocked.insert(f, blocked_stamp(self.state, f));
+        }
+    }
 }
 
 /// Whether start `a` is strictly earlier than `b` (a known start beats none).
