@@ -17,53 +17,16 @@
 
 mod common;
 
-use common::{job, tenant, Driver};
+use common::gen::{cluster_gen, job_gen, pick, quota, setup, tenant_gen};
+use common::gen::{ClusterGen, JobExtras, JobGen, TenantGen, TenantMix};
+use common::Driver;
 use gpusched_core::{CycleConfig, Goodput, Phase, PreemptionConfig, State, VictimOrder};
 use gpusched_events::{CheckpointRef, Event, PreemptionCause, Victim};
-use gpusched_model::{CheckpointPolicy, Gpus, JobId, NodeId, Timestamp};
+use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-const TOPOLOGIES: [&str; 4] = ["node", "block", "rack", "any"];
 const MAX_JOBS: usize = 50;
-
-#[derive(Clone, Debug)]
-struct QuotaGen {
-    nominal: u32,
-    borrowing: Option<u32>,
-    lending: Option<u32>,
-}
-
-#[derive(Clone, Debug)]
-struct TenantGen {
-    cohort: Option<u8>,
-    best_effort: bool,
-    priority_preemption: bool,
-    a: QuotaGen,
-    b: Option<QuotaGen>,
-}
-
-#[derive(Clone, Debug)]
-struct ClusterGen {
-    racks: u32,
-    blocks_per_rack: u32,
-    nodes_per_block: u32,
-    /// Per block: GPUs per node (4 or 8) and whether its flavor is `b`.
-    blocks: Vec<(u32, bool)>,
-}
-
-#[derive(Clone, Debug)]
-struct JobGen {
-    tenant: usize,
-    workers: u32,
-    gpw: u32,
-    topology: usize,
-    priority: i32,
-    flavors: u8,
-    preemptible: bool,
-    checkpoint: Option<(u64, u64)>,
-    max_runtime_s: Option<u64>,
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -79,98 +42,47 @@ enum Op {
     Advance(u64),
 }
 
-fn quota_gen() -> impl Strategy<Value = QuotaGen> {
-    (
-        0u32..=24,
-        proptest::option::of(0u32..=16),
-        proptest::option::weighted(0.3, 0u32..=24),
-    )
-        .prop_map(|(nominal, borrowing, lending)| QuotaGen {
-            nominal,
-            borrowing,
-            lending,
-        })
+/// Tenants of weight 1, priority preemption on 7 times in 10, smaller
+/// quotas with a lending limit 3 times in 10.
+fn suite_tenant() -> impl Strategy<Value = TenantGen> {
+    tenant_gen(TenantMix {
+        in_cohort: 0.85,
+        weight: Just(1u8).boxed(),
+        priority_preemption: proptest::bool::weighted(0.7).boxed(),
+        quota: quota(
+            0..=24,
+            0..=16,
+            proptest::option::weighted(0.3, 0u32..=24).boxed(),
+        )
+        .boxed(),
+        second_flavor: 0.25,
+    })
 }
 
-fn tenant_gen() -> impl Strategy<Value = TenantGen> {
-    (
-        proptest::option::weighted(0.85, 0u8..2),
-        any::<bool>(),
-        proptest::bool::weighted(0.7),
-        quota_gen(),
-        proptest::option::weighted(0.25, quota_gen()),
-    )
-        .prop_map(
-            |(cohort, best_effort, priority_preemption, a, b)| TenantGen {
-                cohort,
-                best_effort,
-                priority_preemption,
-                a,
-                b,
-            },
-        )
+fn suite_cluster() -> impl Strategy<Value = ClusterGen> {
+    cluster_gen(2, 3, 0.2)
 }
 
-fn cluster_gen() -> impl Strategy<Value = ClusterGen> {
-    (
-        1u32..=2,
-        1u32..=2,
-        1u32..=3,
-        proptest::collection::vec(
-            (
-                prop_oneof![Just(4u32), Just(8u32)],
-                proptest::bool::weighted(0.2),
-            ),
-            6,
-        ),
+/// Jobs that may be non-preemptible, checkpoint every 60 or 300 s, or
+/// declare a max runtime.
+fn suite_job() -> impl Strategy<Value = JobGen> {
+    job_gen(
+        3,
+        JobExtras {
+            preemptible: proptest::bool::weighted(0.75).boxed(),
+            checkpoint: proptest::option::weighted(
+                0.6,
+                (prop_oneof![Just(60u64), Just(300)], 5u64..=120),
+            )
+            .boxed(),
+            max_runtime_s: proptest::option::weighted(0.4, 30u64..=1200).boxed(),
+        },
     )
-        .prop_map(
-            |(racks, blocks_per_rack, nodes_per_block, blocks)| ClusterGen {
-                racks,
-                blocks_per_rack,
-                nodes_per_block,
-                blocks,
-            },
-        )
-}
-
-fn job_gen() -> impl Strategy<Value = JobGen> {
-    (
-        (
-            0usize..8,
-            1u32..=4,
-            prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
-            0usize..4,
-            0i32..=3,
-            prop_oneof![6 => Just(0u8), 1 => Just(1), 1 => Just(2)],
-        ),
-        (
-            proptest::bool::weighted(0.75),
-            proptest::option::weighted(0.6, (prop_oneof![Just(60u64), Just(300)], 5u64..=120)),
-            proptest::option::weighted(0.4, 30u64..=1200),
-        ),
-    )
-        .prop_map(
-            |(
-                (tenant, workers, gpw, topology, priority, flavors),
-                (preemptible, checkpoint, max_runtime_s),
-            )| JobGen {
-                tenant,
-                workers,
-                gpw,
-                topology,
-                priority,
-                flavors,
-                preemptible,
-                checkpoint,
-                max_runtime_s,
-            },
-        )
 }
 
 fn op_gen() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => job_gen().prop_map(Op::Submit),
+        6 => suite_job().prop_map(Op::Submit),
         7 => Just(Op::Cycle),
         4 => any::<usize>().prop_map(Op::Start),
         1 => any::<usize>().prop_map(Op::Finish),
@@ -225,46 +137,6 @@ fn config_gen() -> impl Strategy<Value = CycleConfig> {
                 ..CycleConfig::default()
             },
         )
-}
-
-fn setup(d: &mut Driver, c: &ClusterGen, tenants: &[TenantGen]) {
-    d.apply(Event::TopologyConfigured {
-        levels: vec!["rack".into(), "block".into()],
-    });
-    for r in 0..c.racks {
-        for b in 0..c.blocks_per_rack {
-            let (gpus, flavor_b) = c.blocks[(r * c.blocks_per_rack + b) as usize];
-            let flavor = if flavor_b { "b" } else { "a" };
-            for _ in 0..c.nodes_per_block {
-                d.add_node(&format!("r{r}"), &format!("b{b}"), gpus, flavor);
-            }
-        }
-    }
-    for (i, t) in tenants.iter().enumerate() {
-        let mut tb = tenant(&format!("t{i}"));
-        tb.0.priority_preemption = t.priority_preemption;
-        if let Some(c) = t.cohort {
-            tb = tb.cohort(&format!("c{c}"));
-        }
-        if t.best_effort {
-            tb = tb.best_effort();
-        }
-        for (flavor, q) in [("a", Some(&t.a)), ("b", t.b.as_ref())] {
-            let Some(q) = q else { continue };
-            tb = tb.quota(flavor, q.nominal);
-            if let Some(l) = q.borrowing {
-                tb = tb.borrowing(l);
-            }
-            if let Some(l) = q.lending {
-                tb = tb.lending(l);
-            }
-        }
-        d.tenant(tb);
-    }
-}
-
-fn pick<T: Copy>(v: &[T], sel: usize) -> Option<T> {
-    (!v.is_empty()).then(|| v[sel % v.len()])
 }
 
 /// What the log says about one job's runs and checkpoints.
@@ -474,27 +346,7 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) {
     match op {
         Op::Submit(g) => {
             if d.jobs.len() < MAX_JOBS {
-                let mut spec = job(
-                    &format!("t{}", g.tenant % tenants),
-                    g.workers,
-                    g.gpw,
-                    TOPOLOGIES[g.topology],
-                );
-                spec.priority = g.priority;
-                spec.preemptible = g.preemptible;
-                spec.checkpoint = g
-                    .checkpoint
-                    .map(|(interval_s, duration_s)| CheckpointPolicy {
-                        interval_s,
-                        duration_s,
-                    });
-                spec.max_runtime_s = g.max_runtime_s;
-                spec.flavors = match g.flavors {
-                    0 => vec![],
-                    1 => vec!["a".into()],
-                    _ => vec!["b".into(), "a".into()],
-                };
-                d.submit(spec);
+                d.submit(g.spec(tenants));
             }
         }
         Op::Cycle => {
@@ -584,8 +436,8 @@ proptest! {
     /// Invariants 1–6 under random preemption, reservations and checkpoints.
     #[test]
     fn preemption_keeps_invariants_and_replays(
-        c in cluster_gen(),
-        tenants in proptest::collection::vec(tenant_gen(), 1..=4),
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
         cfg in config_gen(),
         ops in proptest::collection::vec(op_gen(), 1..160),
     ) {

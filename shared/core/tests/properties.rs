@@ -6,49 +6,15 @@
 
 mod common;
 
-use common::{job, tenant, Driver};
+use common::gen::{cluster_gen, job_gen, pick, quota, setup, tenant_gen};
+use common::gen::{ClusterGen, JobExtras, JobGen, TenantGen, TenantMix};
+use common::Driver;
 use gpusched_core::{run_cycle, snapshot, CycleConfig, NodeStatus, Phase, ScanMemo, State};
 use gpusched_events::{Event, Outcome};
 use gpusched_model::{JobId, NodeId};
 use proptest::prelude::*;
 
-const TOPOLOGIES: [&str; 4] = ["node", "block", "rack", "any"];
 const MAX_JOBS: usize = 60;
-
-#[derive(Clone, Debug)]
-struct QuotaGen {
-    nominal: u32,
-    borrowing: Option<u32>,
-    lending: Option<u32>,
-}
-
-#[derive(Clone, Debug)]
-struct TenantGen {
-    cohort: Option<u8>,
-    weight: u8,
-    best_effort: bool,
-    a: QuotaGen,
-    b: Option<QuotaGen>,
-}
-
-#[derive(Clone, Debug)]
-struct ClusterGen {
-    racks: u32,
-    blocks_per_rack: u32,
-    nodes_per_block: u32,
-    /// Per block: GPUs per node (4 or 8) and whether its flavor is `b`.
-    blocks: Vec<(u32, bool)>,
-}
-
-#[derive(Clone, Debug)]
-struct JobGen {
-    tenant: usize,
-    workers: u32,
-    gpw: u32,
-    topology: usize,
-    priority: i32,
-    flavors: u8,
-}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -65,83 +31,29 @@ enum Op {
     Advance(u64),
 }
 
-fn quota_gen() -> impl Strategy<Value = QuotaGen> {
-    (
-        0u32..=32,
-        proptest::option::of(0u32..=32),
-        proptest::option::of(0u32..=32),
-    )
-        .prop_map(|(nominal, borrowing, lending)| QuotaGen {
-            nominal,
-            borrowing,
-            lending,
-        })
+/// Tenants with weights 1–4 and quotas up to 32 GPUs.
+fn suite_tenant() -> impl Strategy<Value = TenantGen> {
+    tenant_gen(TenantMix {
+        in_cohort: 0.8,
+        weight: (1u8..=4).boxed(),
+        priority_preemption: Just(true).boxed(),
+        quota: quota(0..=32, 0..=32, proptest::option::of(0u32..=32).boxed()).boxed(),
+        second_flavor: 0.3,
+    })
 }
 
-fn tenant_gen() -> impl Strategy<Value = TenantGen> {
-    (
-        proptest::option::weighted(0.8, 0u8..2),
-        1u8..=4,
-        any::<bool>(),
-        quota_gen(),
-        proptest::option::weighted(0.3, quota_gen()),
-    )
-        .prop_map(|(cohort, weight, best_effort, a, b)| TenantGen {
-            cohort,
-            weight,
-            best_effort,
-            a,
-            b,
-        })
+fn suite_cluster() -> impl Strategy<Value = ClusterGen> {
+    cluster_gen(3, 4, 0.25)
 }
 
-fn cluster_gen() -> impl Strategy<Value = ClusterGen> {
-    (
-        1u32..=2,
-        1u32..=3,
-        1u32..=4,
-        proptest::collection::vec(
-            (
-                prop_oneof![Just(4u32), Just(8u32)],
-                proptest::bool::weighted(0.25),
-            ),
-            6,
-        ),
-    )
-        .prop_map(
-            |(racks, blocks_per_rack, nodes_per_block, blocks)| ClusterGen {
-                racks,
-                blocks_per_rack,
-                nodes_per_block,
-                blocks,
-            },
-        )
-}
-
-fn job_gen() -> impl Strategy<Value = JobGen> {
-    (
-        0usize..8,
-        1u32..=4,
-        prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
-        0usize..4,
-        0i32..=2,
-        prop_oneof![6 => Just(0u8), 1 => Just(1), 1 => Just(2)],
-    )
-        .prop_map(
-            |(tenant, workers, gpw, topology, priority, flavors)| JobGen {
-                tenant,
-                workers,
-                gpw,
-                topology,
-                priority,
-                flavors,
-            },
-        )
+/// Plain jobs: preemptible, no checkpoint, no max runtime.
+fn suite_job() -> impl Strategy<Value = JobGen> {
+    job_gen(2, JobExtras::none())
 }
 
 fn op_gen() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => job_gen().prop_map(Op::Submit),
+        6 => suite_job().prop_map(Op::Submit),
         6 => Just(Op::Cycle),
         2 => any::<usize>().prop_map(Op::Start),
         3 => (any::<usize>(), proptest::bool::weighted(0.8)).prop_map(|(s, ok)| Op::Finish(s, ok)),
@@ -166,46 +78,6 @@ fn config_gen() -> impl Strategy<Value = CycleConfig> {
     )
 }
 
-/// Builds the cluster and tenants.
-fn setup(d: &mut Driver, c: &ClusterGen, tenants: &[TenantGen]) {
-    d.apply(Event::TopologyConfigured {
-        levels: vec!["rack".into(), "block".into()],
-    });
-    for r in 0..c.racks {
-        for b in 0..c.blocks_per_rack {
-            let (gpus, flavor_b) = c.blocks[(r * c.blocks_per_rack + b) as usize];
-            let flavor = if flavor_b { "b" } else { "a" };
-            for _ in 0..c.nodes_per_block {
-                d.add_node(&format!("r{r}"), &format!("b{b}"), gpus, flavor);
-            }
-        }
-    }
-    for (i, t) in tenants.iter().enumerate() {
-        let mut tb = tenant(&format!("t{i}")).weight(t.weight as f64);
-        if let Some(c) = t.cohort {
-            tb = tb.cohort(&format!("c{c}"));
-        }
-        if t.best_effort {
-            tb = tb.best_effort();
-        }
-        for (flavor, q) in [("a", Some(&t.a)), ("b", t.b.as_ref())] {
-            let Some(q) = q else { continue };
-            tb = tb.quota(flavor, q.nominal);
-            if let Some(l) = q.borrowing {
-                tb = tb.borrowing(l);
-            }
-            if let Some(l) = q.lending {
-                tb = tb.lending(l);
-            }
-        }
-        d.tenant(tb);
-    }
-}
-
-fn pick<T: Copy>(v: &[T], sel: usize) -> Option<T> {
-    (!v.is_empty()).then(|| v[sel % v.len()])
-}
-
 fn holders(d: &Driver) -> Vec<JobId> {
     d.jobs
         .iter()
@@ -221,19 +93,7 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) -> Option<Vec<Event>> {
     match op {
         Op::Submit(g) => {
             if d.jobs.len() < MAX_JOBS {
-                let mut spec = job(
-                    &format!("t{}", g.tenant % tenants),
-                    g.workers,
-                    g.gpw,
-                    TOPOLOGIES[g.topology],
-                );
-                spec.priority = g.priority;
-                spec.flavors = match g.flavors {
-                    0 => vec![],
-                    1 => vec!["a".into()],
-                    _ => vec!["b".into(), "a".into()],
-                };
-                d.submit(spec);
+                d.submit(g.spec(tenants));
             }
         }
         Op::Cycle => {
@@ -497,8 +357,8 @@ proptest! {
     /// Invariants 1–3 and 8 after every step, and replay (6) at every point.
     #[test]
     fn random_workloads_keep_invariants_and_replay(
-        c in cluster_gen(),
-        tenants in proptest::collection::vec(tenant_gen(), 1..=4),
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
         cfg in config_gen(),
         ops in proptest::collection::vec(op_gen(), 1..150),
     ) {
@@ -522,10 +382,10 @@ proptest! {
     /// its tenant's quota and the cluster's shape allow: all accepted jobs end.
     #[test]
     fn healthy_cluster_drains_every_accepted_job(
-        c in cluster_gen(),
-        tenants in proptest::collection::vec(tenant_gen(), 1..=4),
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
         cfg in config_gen(),
-        jobs in proptest::collection::vec(job_gen(), 1..40),
+        jobs in proptest::collection::vec(suite_job(), 1..40),
     ) {
         // One usable flavor (`a`): a job admission accepts can always run
         // once the cluster is idle, so every accepted job must end.
@@ -551,8 +411,8 @@ proptest! {
     /// decisions).
     #[test]
     fn a_snapshot_at_any_cut_plus_the_tail_is_the_replay(
-        c in cluster_gen(),
-        tenants in proptest::collection::vec(tenant_gen(), 1..=4),
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
         cfg in config_gen(),
         ops in proptest::collection::vec(op_gen(), 1..120),
         cuts in proptest::collection::vec(0.0f64..=1.0, 1..4),

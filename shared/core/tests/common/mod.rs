@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod gen;
+
 use gpusched_core::cycle::CycleOutput;
 use gpusched_core::{run_cycle, ApplyError, CycleConfig, Job, Phase, ScanMemo, State};
 use gpusched_events::{Assignment, Event, Outcome};
