@@ -26,6 +26,25 @@ fn smoke_run_completes_every_job_and_leaves_nothing_behind() {
     let r: serde_json::Value = serde_json::from_str(&report).expect("report.json");
     assert_eq!(r["submitted"], r["jobs"]);
     assert_eq!(r["unbound"], 0);
+    // The goodput fold of the log: jobs ran, and every allocated GPU-hour
+    // is in exactly one part.
+    let g = &r["goodput"];
+    let h = |k: &str| g[k].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        h("allocated_gpu_hours") > 0.0,
+        "no GPU-hours allocated: {g}"
+    );
+    let parts = h("useful_gpu_hours")
+        + h("recovery_gpu_hours")
+        + h("startup_gpu_hours")
+        + h("unsaved_at_end_gpu_hours");
+    assert!(
+        (parts - h("allocated_gpu_hours")).abs() < 1e-6,
+        "parts {parts} != allocated: {g}"
+    );
+    assert!(r["goodput_by_tenant"]
+        .as_object()
+        .is_some_and(|t| !t.is_empty()));
     // No residue: the run's database is gone.
     let db = r["database"].as_str().expect("database name").to_string();
     let url = std::env::var("LOADTEST_DATABASE_URL")
