@@ -69,6 +69,16 @@ impl Element {
 }
 
 /// Checks entity references in text or an attribute value.
+/// The classes (less `prefix`) of the `name` elements under `row` whose
+/// class starts with `prefix`: a row's bar or mark kinds.
+fn classes<'a>(row: &'a Element, name: &str, prefix: &str) -> Vec<&'a str> {
+    row.descendants()
+        .into_iter()
+        .filter(|e| e.name == name && e.class().starts_with(prefix))
+        .map(|e| &e.class()[prefix.len()..])
+        .collect()
+}
+
 fn check_entities(s: &str) {
     let mut rest = s;
     while let Some(i) = rest.find('&') {
@@ -229,12 +239,7 @@ fn timeline_svg_draws_one_row_per_job_a_plan_involved() {
         let job: u64 = row.attrs["data-job"].parse().unwrap();
         let role = &row.attrs["data-role"];
         let label = row.children.iter().find(|c| c.name == "text").unwrap();
-        let bars: Vec<&str> = row
-            .descendants()
-            .into_iter()
-            .filter(|e| e.name == "rect" && e.class().starts_with("bar "))
-            .map(|e| &e.class()[4..])
-            .collect();
+        let bars = classes(row, "rect", "bar ");
         let tooltips = row
             .descendants()
             .iter()
@@ -245,12 +250,7 @@ fn timeline_svg_draws_one_row_per_job_a_plan_involved() {
             assert_eq!(role, "victim", "job {job}");
             assert!(label.text.ends_with("· batch · victim"), "{}", label.text);
             assert!(bars.contains(&"preempting"), "job {job}: {bars:?}");
-            let marks: Vec<&str> = row
-                .descendants()
-                .into_iter()
-                .filter(|e| e.name == "g" && e.class().starts_with("mark "))
-                .map(|e| &e.class()[5..])
-                .collect();
+            let marks = classes(row, "g", "mark ");
             assert!(marks.contains(&"job_preempted"), "job {job}: {marks:?}");
         } else {
             assert_eq!(role, "beneficiary", "job {job}");

@@ -423,6 +423,17 @@ struct TenantPass {
     oldest_passed: Option<Timestamp>,
 }
 
+impl TenantPass {
+    /// Counts a blocked head submitted at `submitted`; the oldest passed
+    /// over so far.
+    fn blocked(&mut self, submitted: Timestamp) -> Timestamp {
+        self.depth += 1;
+        let oldest = self.oldest_passed.map_or(submitted, |o| o.min(submitted));
+        self.oldest_passed = Some(oldest);
+        oldest
+    }
+}
+
 fn starved(cfg: &CycleConfig, now: Timestamp, submitted: Timestamp) -> bool {
     cfg.starvation_ms > 0 && now.millis_since(submitted) >= cfg.starvation_ms
 }
@@ -527,21 +538,15 @@ pub fn decide(
                     });
                 }
                 let pass = passes.entry(t).or_default();
-                pass.depth += 1;
-                let oldest = pass
-                    .oldest_passed
-                    .map_or(job.submitted_at, |o| o.min(job.submitted_at));
-                pass.oldest_passed = Some(oldest);
-                let stamp = tenant_stamp(state, t);
+                let oldest = pass.blocked(job.submitted_at);
                 match next {
                     Some(n) if may_pass(state, &ov, cfg, now, t, job) => {
                         if pass.depth < cfg.max_heads_per_tenant {
                             heap.push(Reverse(head_key(state, &ov, t, n)));
                         } else {
-                            let after = key.head;
                             let resume = TenantResume {
-                                stamp,
-                                after,
+                                stamp: tenant_stamp(state, t),
+                                after: key.head,
                                 oldest_passed: oldest,
                             };
                             memo.tenant_resume.insert(t, resume);
@@ -549,7 +554,7 @@ pub fn decide(
                     }
                     _ => {
                         memo.tenant_resume.remove(&t);
-                        memo.tenant_blocked.insert(t, stamp);
+                        memo.tenant_blocked.insert(t, tenant_stamp(state, t));
                     }
                 }
             }
