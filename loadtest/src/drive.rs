@@ -95,6 +95,21 @@ pub struct SubmitOutcome {
     pub latencies_ms: Vec<f64>,
     /// Open loop: how late submissions started, worst case, ms.
     pub worst_lag_ms: f64,
+    /// Batches: items the gateway answered busy (429/503) and that were
+    /// sent again.
+    pub resent: u64,
+}
+
+/// What one batch request gave, its busy items sent again until each was
+/// in or refused.
+#[derive(Debug, Default)]
+pub struct BatchSent {
+    /// Jobs accepted.
+    pub accepted: u64,
+    /// Each refused item's result.
+    pub refused: Vec<String>,
+    /// Items sent again after a busy answer.
+    pub resent: u64,
 }
 
 impl Client {
@@ -165,10 +180,10 @@ impl Client {
     /// Submits `items` (key, spec) through `POST /v1/jobs:batch`, sending
     /// the items that found the gateway busy or its log down again (their
     /// keys keep it safe) until each is in or refused. Returns the jobs
-    /// accepted and the first refusal of the others, if any.
-    pub async fn submit_batch(&self, items: &[(String, &JobSpec)]) -> Result<(u64, Vec<String>)> {
+    /// accepted, the refusals of the others, and how many were sent again.
+    pub async fn submit_batch(&self, items: &[(String, &JobSpec)]) -> Result<BatchSent> {
         let mut pending: Vec<&(String, &JobSpec)> = items.iter().collect();
-        let (mut accepted, mut refused) = (0u64, Vec::new());
+        let mut sent = BatchSent::default();
         let mut failures = 0u32;
         while !pending.is_empty() {
             let jobs: Vec<serde_json::Value> = pending
@@ -211,17 +226,18 @@ impl Client {
             let mut again = Vec::new();
             for (item, r) in pending.into_iter().zip(&results) {
                 match r["status"].as_u64() {
-                    Some(200 | 201) => accepted += 1,
+                    Some(200 | 201) => sent.accepted += 1,
                     Some(429 | 503) => again.push(item),
-                    _ => refused.push(r.to_string()),
+                    _ => sent.refused.push(r.to_string()),
                 }
             }
             if !again.is_empty() {
+                sent.resent += again.len() as u64;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             pending = again;
         }
-        Ok((accepted, refused))
+        Ok(sent)
     }
 
     /// Submits `jobs` as fast as replies come, `batch` jobs a request
@@ -237,7 +253,7 @@ impl Client {
         cancel: &CancellationToken,
     ) -> Result<SubmitOutcome> {
         let started = Instant::now();
-        let (mut accepted, mut failed) = (0u64, 0u64);
+        let (mut accepted, mut failed, mut resent) = (0u64, 0u64, 0u64);
         let mut latencies_ms = Vec::with_capacity(jobs.len());
         let chunks: Vec<Vec<(String, &JobSpec)>> = jobs
             .iter()
@@ -260,10 +276,11 @@ impl Client {
             };
             let Some((n, out, ms)) = next else { break };
             match out {
-                Ok((ok, refused)) => {
-                    accepted += ok;
-                    failed += refused.len() as u64;
-                    if let Some(first) = refused.first() {
+                Ok(sent) => {
+                    accepted += sent.accepted;
+                    failed += sent.refused.len() as u64;
+                    resent += sent.resent;
+                    if let Some(first) = sent.refused.first() {
                         eprintln!("first refused item: {first}");
                     }
                 }
@@ -281,6 +298,7 @@ impl Client {
             seconds: started.elapsed().as_secs_f64(),
             latencies_ms,
             worst_lag_ms: 0.0,
+            resent,
         })
     }
 
@@ -380,6 +398,7 @@ impl Client {
             seconds,
             latencies_ms,
             worst_lag_ms,
+            resent: 0,
         })
     }
 }

@@ -17,6 +17,11 @@ use gpusched_store::EventStore;
 use serde::Serialize;
 use sqlx::Row;
 
+/// Ticks a second of log time is counted in.
+const TICKS_PER_S: i64 = 100;
+/// One tick of log time, seconds: rates are counted to it.
+const TICK_S: f64 = 1.0 / TICKS_PER_S as f64;
+
 /// The `q` quantile (0..=1) of sorted values (nearest rank); 0 when empty.
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -73,6 +78,9 @@ pub struct LogFacts {
     pub kinds: BTreeMap<String, u64>,
     /// Events per kind and second since the origin.
     pub per_second: BTreeMap<String, BTreeMap<i64, u64>>,
+    /// Events per kind and tick (`TICK_S`) since the origin: rates over a
+    /// window are counted to a tick, not to the whole seconds it touches.
+    pub per_tick: BTreeMap<String, BTreeMap<i64, u64>>,
     /// Every job.
     pub jobs: Vec<JobLatency>,
     /// Sum of `lost_gpu_ms` of `JobPreempted`.
@@ -150,25 +158,20 @@ pub async fn read_log(store: &EventStore, origin_unix_ms: u64) -> Result<LogFact
     let origin = origin_unix_ms as f64 / 1000.0;
     let mut facts = LogFacts::default();
     let rows = sqlx::query(
-        "SELECT kind, floor(extract(epoch FROM recorded_at)::float8 - $1)::bigint AS s, count(*) AS n
+        "SELECT kind, floor((extract(epoch FROM recorded_at)::float8 - $1) / $2)::bigint AS tick,
+                count(*) AS n
          FROM events GROUP BY 1, 2",
     )
     .bind(origin)
+    .bind(TICK_S)
     .fetch_all(pool)
     .await
-    .context("counting events per kind and second")?;
+    .context("counting events per kind and tick")?;
     for r in rows {
         let kind: String = r.try_get("kind")?;
-        let s: i64 = r.try_get("s")?;
+        let tick: i64 = r.try_get("tick")?;
         let n: i64 = r.try_get("n")?;
-        let n = u64::try_from(n).unwrap_or(0);
-        *facts.kinds.entry(kind.clone()).or_default() += n;
-        *facts
-            .per_second
-            .entry(kind)
-            .or_default()
-            .entry(s)
-            .or_default() += n;
+        facts.record(&kind, tick, u64::try_from(n).context("a negative count")?);
     }
     let rows = sqlx::query(
         "WITH s AS (SELECT aggregate_id, min(recorded_at) AS t, min(payload->'spec'->>'tenant') AS tenant
@@ -227,6 +230,24 @@ impl LogFacts {
             .collect()
     }
 
+    /// Counts `n` events of `kind` recorded in `tick`.
+    pub fn record(&mut self, kind: &str, tick: i64, n: u64) {
+        let second = tick.div_euclid(TICKS_PER_S);
+        *self.kinds.entry(kind.to_owned()).or_default() += n;
+        *self
+            .per_tick
+            .entry(kind.to_owned())
+            .or_default()
+            .entry(tick)
+            .or_default() += n;
+        *self
+            .per_second
+            .entry(kind.to_owned())
+            .or_default()
+            .entry(second)
+            .or_default() += n;
+    }
+
     /// Count of `kind` per second.
     pub fn series(&self, kind: &str) -> BTreeMap<i64, u64> {
         self.per_second.get(kind).cloned().unwrap_or_default()
@@ -243,15 +264,15 @@ impl LogFacts {
         out
     }
 
-    /// Events of `kinds` between `from_s` and `to_s` (seconds since origin,
-    /// whole-second buckets).
+    /// Events of `kinds` recorded from `from_s` to `to_s` (seconds since
+    /// origin), to a tick: the ticks that hold the two ends count whole.
     pub fn count_between(&self, kinds: Option<&str>, from_s: f64, to_s: f64) -> u64 {
-        let lo = from_s.floor() as i64;
-        let hi = to_s.floor() as i64;
+        let lo = (from_s / TICK_S).floor() as i64;
+        let hi = (to_s / TICK_S).floor() as i64;
         let sum = |m: &BTreeMap<i64, u64>| m.range(lo..=hi).map(|(_, n)| *n).sum::<u64>();
         match kinds {
-            Some(k) => self.per_second.get(k).map_or(0, sum),
-            None => self.per_second.values().map(sum).sum(),
+            Some(k) => self.per_tick.get(k).map_or(0, sum),
+            None => self.per_tick.values().map(sum).sum(),
         }
     }
 
@@ -306,14 +327,16 @@ mod tests {
     #[test]
     fn queue_depth_follows_submissions_and_bindings() {
         let mut f = LogFacts::default();
-        f.per_second.insert(
-            "job_submitted".into(),
-            [(0, 10), (1, 5)].into_iter().collect(),
-        );
-        f.per_second
-            .insert("job_bound".into(), [(1, 8), (2, 7)].into_iter().collect());
+        f.record("job_submitted", 0, 10);
+        f.record("job_submitted", 150, 5);
+        f.record("job_bound", 120, 8);
+        f.record("job_bound", 290, 7);
         let d: Vec<i64> = f.queue_depth().into_values().collect();
         assert_eq!(d, vec![10, 7, 0]);
-        assert_eq!(f.count_between(None, 0.0, 1.9), 23);
+        // To a tick: 1.2 s to 1.5 s holds the bound 8 and the submitted 5,
+        // not the 10 of second 0 nor the 7 of 2.9 s.
+        assert_eq!(f.count_between(None, 1.2, 1.5), 13);
+        assert_eq!(f.count_between(Some("job_bound"), 0.0, 2.89), 8);
+        assert_eq!(f.count_between(None, 0.0, 2.9), 30);
     }
 }

@@ -141,6 +141,8 @@ pub struct Report {
     pub submitted: u64,
     /// Submissions failed.
     pub submit_failed: u64,
+    /// Batch items the gateway answered busy and that were sent again.
+    pub submit_resent: u64,
     /// Seconds spent submitting.
     pub submit_seconds: f64,
     /// Submissions accepted per second.
@@ -233,10 +235,9 @@ impl Report {
             (o.submit_started_s, o.end_s)
         };
         let window_s = (to - from).max(1e-3);
-        // Counts are per whole second of log time: rates are over the
-        // seconds the window touches.
-        let span_s = (to.floor() - from.floor() + 1.0).max(1.0);
-        let per_s = |kind: Option<&str>| f.count_between(kind, from, to) as f64 / span_s;
+        // Rates are the events recorded inside the window, to a tick of
+        // log time, over the window's length.
+        let per_s = |kind: Option<&str>| f.count_between(kind, from, to) as f64 / window_s;
         let stream_rates = o.samples.rates();
         let nats_messages = o
             .samples
@@ -337,6 +338,7 @@ impl Report {
             batch: args.batch,
             submitted,
             submit_failed: o.submit.failed,
+            submit_resent: o.submit.resent,
             submit_seconds: o.submit.seconds,
             submissions_per_s: submitted as f64 / o.submit.seconds.max(1e-9),
             submit_request_ms: Percentiles::of(o.submit.latencies_ms.clone()),
@@ -491,8 +493,12 @@ impl Report {
             (
                 "submissions accepted/s",
                 format!(
-                    "{:.0} ({} in {:.1} s, {} failed)",
-                    self.submissions_per_s, self.submitted, self.submit_seconds, self.submit_failed
+                    "{:.0} ({} in {:.1} s, {} failed, {} sent again after busy)",
+                    self.submissions_per_s,
+                    self.submitted,
+                    self.submit_seconds,
+                    self.submit_failed,
+                    self.submit_resent
                 ),
             ),
             (

@@ -576,6 +576,7 @@ async fn run_reclaim(
         seconds: s1.seconds + s2.seconds,
         latencies_ms,
         worst_lag_ms: 0.0,
+        resent: s1.resent + s2.resent,
     };
     out.reclaim = Some(ReclaimOutcome {
         back_at_s,
