@@ -24,8 +24,10 @@
 //! (lower priority first, most recently started first) as a baseline.
 //!
 //! Must never: preempt a non-preemptible job, preempt for a reclaim a job of
-//! a tenant within its nominal quota, or allocate GPUs (placement binds the
-//! beneficiary once the victims' GPUs are released).
+//! a tenant within its nominal quota (what it holds once its stopping
+//! victims are gone: its own queued beneficiaries do not make it a
+//! borrower), or allocate GPUs (placement binds the beneficiary once the
+//! victims' GPUs are released).
 
 use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
 use crate::limits::{CycleConfig, ScanMemo};
@@ -202,6 +204,12 @@ struct Plan {
 struct Pass {
     /// Quota once the plans land.
     quota: QuotaOverlay,
+    /// Quota as the tenants hold it once their stopping victims are gone,
+    /// queued beneficiaries not charged: what a reclaim may take from a
+    /// borrower is what it borrows in this view. (Charging a tenant's own
+    /// queued beneficiaries here would make it a borrower of quota it has
+    /// not taken, and two owners would reclaim from each other in turn.)
+    held: QuotaOverlay,
     /// Queued beneficiaries charged in `quota`.
     charged: FxHashSet<JobId>,
     /// Free GPUs this pass's beneficiaries will bind in.
@@ -244,6 +252,7 @@ impl Pass {
     fn give_back(&mut self, state: &State, victim: &Job) {
         if let (Some(t), Some(f)) = (victim.tenant, victim.flavor) {
             self.quota.release(state, t, f, victim.spec.total_gpus());
+            self.held.release(state, t, f, victim.spec.total_gpus());
         }
     }
 
@@ -385,7 +394,6 @@ pub fn decide(
             need: &need,
             now,
             pass: &pass,
-            quota: &quota,
         };
         let mut tally = Tally::default();
         let planned = plan(&search, &mut tally);
@@ -477,7 +485,6 @@ pub fn search_report(
         need: &need,
         now,
         pass: &pass,
-        quota: &quota,
     };
     let mut tally = Tally {
         record: Some(Record::default()),
@@ -615,13 +622,10 @@ struct Search<'a> {
     now: Timestamp,
     /// What plans already made will do.
     pass: &'a Pass,
-    /// Quota as it will be once they land (without the beneficiary's own
-    /// charge).
-    quota: &'a QuotaOverlay,
 }
 
 /// Tenants of cohort `c` other than `except` that borrow in flavor `f`,
-/// with quota as `ov` says it will be.
+/// with quota as `ov` says they hold it.
 fn borrowers(
     state: &State,
     ov: &QuotaOverlay,
@@ -689,7 +693,7 @@ fn candidates(
         need,
         now,
         pass,
-        quota,
+        ..
     } = *s;
     let taken = &pass.taken;
     let young = &mut tally.young;
@@ -707,7 +711,7 @@ fn candidates(
             let Some(c) = state.tenant(t).cohort else {
                 return (out, slack);
             };
-            borrowers(state, quota, c, f, t)
+            borrowers(state, &pass.held, c, f, t)
         }
         _ => vec![t],
     };
@@ -729,7 +733,7 @@ fn candidates(
             && v.spec.priority >= job.spec.priority)
     };
     for &u in &tenants {
-        let over = over_nominal(state, quota, u, f);
+        let over = over_nominal(state, &pass.held, u, f);
         slack.insert(
             u,
             match need.cause {

@@ -868,6 +868,29 @@ impl State {
         }
     }
 
+    /// Ends tenant `t`'s reclaim holds in flavor `f` whose beneficiary no
+    /// longer fits within the tenant's nominal quota (its other jobs took
+    /// that room): it would borrow like anyone else, and a hold kept for
+    /// it would hold the cohort's borrowing for nobody.
+    fn drop_holds_past_nominal(&mut self, t: TenantIdx, f: FlavorIdx) {
+        let tenant = &self.tenants[t as usize];
+        let room = tenant
+            .quota(f)
+            .map_or(0, |q| q.nominal)
+            .saturating_sub(tenant.used(f));
+        let past: Vec<JobId> = self
+            .reclaim_holds
+            .iter()
+            .filter(|(_, &(_, hf))| hf == f)
+            .filter_map(|(j, _)| self.jobs.get(j))
+            .filter(|j| j.tenant == Some(t) && j.spec.total_gpus() > room)
+            .map(|j| j.id)
+            .collect();
+        for j in past {
+            self.drop_hold(j);
+        }
+    }
+
     /// Takes a running job out of the victim index.
     fn forget_preemptible(&mut self, id: JobId) {
         let Some(job) = self.jobs.get(&id) else {
@@ -1414,6 +1437,7 @@ impl State {
         self.wants_preemption.remove(&key);
         self.drop_hold(job);
         self.charge(t, f, new_used);
+        self.drop_holds_past_nominal(t, f);
         let order = self.next_order;
         self.next_order += 1;
         self.set_phase(job, Phase::Admitted);

@@ -425,6 +425,51 @@ fn reclaim_never_takes_from_a_tenant_within_its_nominal_quota() {
 }
 
 #[test]
+fn a_reclaim_hold_ends_once_its_tenants_other_job_takes_the_nominal_room() {
+    // Given 4 nodes × 8 GPUs, `owner` 8 nominal and `borrower` 24 in one
+    // cohort, the borrower running four 1×8 jobs (8 GPUs borrowed), and a
+    // reclaim planned for the owner's 1×4 job (its victim still stopping,
+    // its hold keeping the quota the victim frees for it),
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 8));
+    d.tenant(
+        tenant("borrower")
+            .cohort("c")
+            .best_effort()
+            .quota(FLAVOR, 24),
+    );
+    let b: Vec<JobId> = (0..4)
+        .map(|_| d.submit(ckpt_job("borrower", 1, 8, "node", 600, 60)))
+        .collect();
+    d.settle();
+    assert_eq!(d.state.gpus_in_use(), 32);
+    d.advance(1000);
+    let held = d.submit(job("owner", 1, 4, "node"));
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, held);
+    assert_eq!(d.state.reclaim_holders().collect::<Vec<_>>(), vec![held]);
+    // when a higher-priority 1×8 job of the owner is admitted first, into
+    // all of the owner's nominal quota, once the victim has stopped,
+    let first = d.submit(JobSpec {
+        priority: 5,
+        ..job("owner", 1, 8, "node")
+    });
+    d.advance(600);
+    d.run_until_quiet();
+    assert_ne!(d.phase(first), Phase::Queued);
+    assert_eq!(d.phase(held), Phase::Queued);
+    // then the held job would borrow like anyone else: its hold has ended,
+    // and nothing more is taken from the borrower (now at its nominal).
+    assert_eq!(d.state.reclaim_holders().count(), 0);
+    assert_eq!(d.state.plans().count(), 0);
+    let running = b.iter().filter(|j| d.phase(**j) == Phase::Running).count();
+    assert_eq!(running, 3);
+}
+
+#[test]
 fn non_preemptible_borrowers_are_never_chosen() {
     let mut d = Driver::default();
     d.cluster(1, 1, 4, 8, FLAVOR);
