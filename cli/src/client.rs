@@ -39,6 +39,10 @@ pub mod exit {
     /// The server cannot be reached or is overloaded (connection refused,
     /// 429, 503); retrying later may work.
     pub const UNAVAILABLE: u8 = 6;
+    /// The reader of the output went away (`gpusched … | head`): the
+    /// status a shell gives a process ended by SIGPIPE (128 + 13). Nothing
+    /// is printed.
+    pub const BROKEN_PIPE: u8 = 141;
 }
 
 /// An error that carries the exit code it should end the process with.

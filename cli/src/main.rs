@@ -252,6 +252,7 @@ fn api<F: std::future::Future<Output = Result<()>>>(f: F) -> Result<()> {
 /// token or not allowed, 5 refused by the server (the message names the
 /// field and rule), 6 server unreachable or overloaded (retry).
 fn main() -> std::process::ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
@@ -275,6 +276,7 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::from(client::exit::BROKEN_PIPE),
         Err(e) => match e.downcast_ref::<client::Exit>() {
             Some(x) => {
                 eprintln!("error: {x}");
@@ -286,6 +288,36 @@ fn main() -> std::process::ExitCode {
             }
         },
     }
+}
+
+/// Whether `e` is output that found its reader gone (`gpusched … | head`).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let broken = Some(std::io::ErrorKind::BrokenPipe);
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == broken
+            || c.downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == broken
+    })
+}
+
+/// Ends the process quietly with [`client::exit::BROKEN_PIPE`] when
+/// printing finds its reader gone (`println!` panics then), as a tool
+/// killed by SIGPIPE would; every other panic is reported as before.
+fn quiet_on_broken_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.contains("Broken pipe") {
+            std::process::exit(i32::from(client::exit::BROKEN_PIPE));
+        }
+        report(info);
+    }));
 }
 
 /// Mean GPU-seconds of a synthetic job, measured on a 10,000-job sample of

@@ -2,7 +2,8 @@
 //! scenario, checked against the same run's log (`--events-out` in the same
 //! command): the SVG is well-formed XML with one row per job a plan
 //! involved, its victims' bars show them stopping; the victim search run
-//! again chooses exactly the logged victims; bad input names the flag.
+//! again chooses exactly the logged victims; bad input names the flag;
+//! output whose reader went away ends the command quietly.
 #![allow(clippy::unwrap_used)]
 
 mod exit;
@@ -373,4 +374,46 @@ fn bad_input_names_the_flag() {
     );
     let out = simulate(&["--timeline-from", "100"]);
     assert_eq!(out.status.code(), Some(2), "a window needs --timeline-svg");
+}
+
+/// `gpusched … | head`: output whose reader has gone ends the command
+/// quietly with 141 (a shell's status for SIGPIPE), whether it was written
+/// by `println!` (the report) or through an I/O error (`--events-out`).
+#[test]
+fn output_whose_reader_went_away_ends_quietly_with_141() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let spawn = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gpusched"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // The reader is gone before the report is printed.
+    let mut report = spawn(&["simulate", "--scenario", "reclaim"]);
+    drop(report.stdout.take());
+    // The reader takes one line of the log, then goes.
+    let mut log = spawn(&[
+        "simulate",
+        "--synthetic",
+        "2000",
+        "--events-out",
+        "/dev/stdout",
+    ]);
+    let mut first = String::new();
+    BufReader::new(log.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("topology_configured"), "{first}");
+    for child in [report, log] {
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("error"),
+            "{stderr}"
+        );
+    }
 }
