@@ -235,6 +235,11 @@ impl Client {
             .await
     }
 
+    /// POSTs with no body; (status, JSON body) for 2xx.
+    pub(crate) async fn post_empty(&self, path: &str) -> Result<(u16, Value)> {
+        self.send(self.request(reqwest::Method::POST, path)).await
+    }
+
     pub(crate) async fn get(&self, path: &str) -> Result<Value> {
         Ok(self.send(self.request(reqwest::Method::GET, path)).await?.1)
     }
@@ -839,6 +844,16 @@ pub struct Plain {
     conn: Conn,
 }
 
+/// `gpusched queues`: every queue, or one change to one queue.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct QueuesArgs {
+    #[command(subcommand)]
+    op: Option<crate::ops::QueueOp>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
 fn opt(v: &Value, k: &str) -> String {
     v.get(k)
         .and_then(Value::as_u64)
@@ -846,7 +861,10 @@ fn opt(v: &Value, k: &str) -> String {
 }
 
 /// `gpusched queues`.
-pub async fn queues(a: Plain) -> Result<()> {
+pub async fn queues(a: QueuesArgs) -> Result<()> {
+    if let Some(op) = a.op {
+        return crate::ops::queue_op(op).await;
+    }
     let c = a.conn.client()?;
     let v = c.get("/v1/queues").await?;
     if c.json {
@@ -867,6 +885,10 @@ pub fn queues_table(v: &Value) -> String {
         .map(|q| {
             vec![
                 s(q, "tenant").to_string(),
+                q.get("queue")
+                    .and_then(Value::as_str)
+                    .unwrap_or("open")
+                    .to_string(),
                 q.get("cohort")
                     .and_then(Value::as_str)
                     .unwrap_or("-")
@@ -885,6 +907,7 @@ pub fn queues_table(v: &Value) -> String {
     table(
         &[
             "TENANT",
+            "QUEUE",
             "COHORT",
             "FLAVOR",
             "NOMINAL",
@@ -901,7 +924,10 @@ pub fn queues_table(v: &Value) -> String {
 
 /// `gpusched nodes`.
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct NodesArgs {
+    #[command(subcommand)]
+    op: Option<crate::ops::NodeOp>,
     /// List every node (after the filters) instead of the summary.
     #[arg(long, short = 'l')]
     all: bool,
@@ -923,6 +949,9 @@ pub struct NodesArgs {
 /// GPUs, used, free on ready nodes, nodes per status); `-l` for every node.
 /// `--json` gives `{"nodes": [...], "summary": {...}}`, both filtered.
 pub async fn nodes(a: NodesArgs) -> Result<()> {
+    if let Some(op) = a.op {
+        return crate::ops::node_op(op).await;
+    }
     let c = a.conn.client()?;
     let v = c.get("/v1/nodes").await?;
     let all: Vec<Value> = v

@@ -9,6 +9,7 @@ mod client;
 mod dev;
 mod logs;
 mod nodes;
+mod ops;
 mod replay;
 mod review;
 mod spec;
@@ -57,9 +58,9 @@ enum Command {
     Cancel(client::CancelArgs),
     /// Why a job is where it is: its history with reasons, and why it waits.
     Explain(client::JobArg),
-    /// Quota and use per tenant and flavor.
-    Queues(client::Plain),
-    /// Nodes summed up by flavor and topology (GPUs, free, status); -l lists every node.
+    /// Quota and use per tenant and flavor; hold, release, drain or stop a queue.
+    Queues(client::QueuesArgs),
+    /// Nodes summed up by flavor and topology (GPUs, free, status); -l lists every node; cordon, uncordon, drain or evict one.
     Nodes(client::NodesArgs),
     /// Follow the event log live.
     Watch(client::WatchArgs),
@@ -152,6 +153,8 @@ enum VictimOrderArg {
 enum ScenarioArg {
     /// A borrower fills an idle cluster; the quota owner returns (docs/simulator.md).
     Reclaim,
+    /// Queues held, drained and stopped, nodes evicted for maintenance (docs/simulator.md).
+    Maintenance,
 }
 
 #[derive(clap::Args)]
@@ -346,9 +349,10 @@ fn synthetic_gpu_s_per_job(tenants: &[String], seed: u64, gpus_per_node: u32) ->
 }
 
 fn simulate(args: SimulateArgs) -> Result<()> {
-    let scenario = args
-        .scenario
-        .map(|ScenarioArg::Reclaim| gpusched_sim::scenario::reclaim(args.seed));
+    let scenario = args.scenario.map(|s| match s {
+        ScenarioArg::Reclaim => gpusched_sim::scenario::reclaim(args.seed),
+        ScenarioArg::Maintenance => gpusched_sim::scenario::maintenance(args.seed),
+    });
     let cluster = match (&scenario, &args.cluster) {
         (Some((c, _)), _) => c.clone(),
         (None, Some(p)) => Cluster::load(p).context("--cluster")?,

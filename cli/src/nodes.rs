@@ -21,14 +21,17 @@ pub enum Status {
     Drained,
     /// Gone.
     Lost,
+    /// Takes no new work; its jobs are evicted for maintenance.
+    Evicted,
 }
 
 impl Status {
     /// Every status, in column order.
-    pub const ALL: [Status; 4] = [
+    pub const ALL: [Status; 5] = [
         Status::Ready,
         Status::Cordoned,
         Status::Drained,
+        Status::Evicted,
         Status::Lost,
     ];
 
@@ -39,6 +42,7 @@ impl Status {
             Status::Cordoned => "cordoned",
             Status::Drained => "drained",
             Status::Lost => "lost",
+            Status::Evicted => "evicted",
         }
     }
 }

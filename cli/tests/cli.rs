@@ -834,3 +834,89 @@ fn a_bad_array_is_a_usage_error_before_any_request() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn an_admin_holds_and_releases_a_queue_and_evicts_a_node() {
+    let dev = Dev::start();
+    // Held: a submission queues and stays there; explain says why.
+    assert_eq!(
+        dev.ok(ADMIN, &["queues", "hold", "vision"]).trim(),
+        "queue vision: held"
+    );
+    let q = dev.ok(ADMIN, &["queues"]);
+    assert_eq!(
+        column(
+            &q,
+            q.lines().find(|l| l.starts_with("vision")).unwrap(),
+            "QUEUE"
+        ),
+        "held",
+        "{q}"
+    );
+    let long = [
+        "-t",
+        "vision",
+        "-N",
+        "1",
+        "-G",
+        "8",
+        "--checkpoint-interval",
+        "600",
+        "--checkpoint-duration",
+        "60",
+        "--max-runtime",
+        "360000",
+    ];
+    let id = submitted_id(&dev.ok(VISION, &[&["submit"][..], &long].concat()));
+    dev.wait_state(id, "queued");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(dev.state(id), "queued");
+    let why = dev.ok(VISION, &["explain", &id.to_string()]);
+    assert!(why.contains("its queue is held"), "{why}");
+    // Only the admin may; a second hold is refused (409: exit 5).
+    assert_eq!(
+        dev.run(VISION, &["queues", "release", "vision"])
+            .status
+            .code(),
+        Some(4)
+    );
+    assert_eq!(
+        dev.run(ADMIN, &["queues", "hold", "vision"]).status.code(),
+        Some(5)
+    );
+    // Released, it runs.
+    assert_eq!(
+        dev.ok(ADMIN, &["queues", "release", "vision"]).trim(),
+        "queue vision: open"
+    );
+    dev.wait_state(id, "running");
+    // Its node evicted for maintenance: it stops after a checkpoint, runs
+    // again elsewhere, and the node stays out of service.
+    let v: serde_json::Value =
+        serde_json::from_str(&dev.ok(ADMIN, &["get", &id.to_string(), "--json"])).unwrap();
+    let node = v["nodes"][0].as_str().unwrap().to_string();
+    assert_eq!(
+        dev.ok(ADMIN, &["nodes", "evict", &node]).trim(),
+        format!("node {node}: evicted")
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&dev.ok(ADMIN, &["get", &id.to_string(), "--json"])).unwrap();
+        let elsewhere = v["state"] == "running" && v["nodes"][0].as_str() != Some(node.as_str());
+        if elsewhere && v["preemptions"] == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} did not move off {node}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let listed = dev.ok(ADMIN, &["nodes", "-l", "--state", "evicted"]);
+    assert!(listed.contains(&node), "{listed}");
+    assert_eq!(
+        dev.ok(ADMIN, &["nodes", "uncordon", &node]).trim(),
+        format!("node {node}: ready")
+    );
+}

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gpusched_core::{NodeStatus, Phase, State};
-use gpusched_events::Event;
+use gpusched_events::{Event, QueueState};
 use gpusched_model::{Gpus, NodeId, TenantSpec};
 use gpusched_runtime::read_view;
 use serde::Serialize;
@@ -29,6 +29,11 @@ use crate::{ApiError, ErrorBody, Gateway, Principal};
 pub struct QueueRow {
     /// The tenant (queue).
     pub(crate) tenant: String,
+    /// What its queue lets through: `open`, `held` (nothing admitted),
+    /// `draining` (nothing admitted or accepted; running jobs finish) or
+    /// `stopped` (as draining, and its running jobs are evicted).
+    #[schema(value_type = String)]
+    pub(crate) queue: QueueState,
     /// Its cohort, if it shares quota.
     cohort: Option<String>,
     /// The GPU flavor.
@@ -134,6 +139,7 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
             };
             rows.push(QueueRow {
                 tenant: t.spec.name.clone(),
+                queue: t.queue,
                 cohort: t.spec.cohort.clone(),
                 flavor: s.flavor_name(fi).to_string(),
                 nominal,
@@ -182,7 +188,8 @@ pub struct NodeView {
     flavor: String,
     /// Its topology path, outermost level first.
     path: Vec<String>,
-    /// `ready`, `cordoned`, `drained` or `lost`.
+    /// `ready`, `cordoned`, `drained`, `evicted` (emptied for maintenance)
+    /// or `lost`.
     #[schema(value_type = String)]
     status: NodeStatus,
     /// GPUs on it.
@@ -397,7 +404,7 @@ async fn node_change(
     who: Principal,
     gw: Gateway,
     raw: String,
-    make: fn(NodeId) -> Event,
+    make: impl FnOnce(NodeId) -> Event,
     allowed: &[NodeStatus],
     verb: &str,
 ) -> Result<Json<ChangeReply>, ApiError> {
@@ -488,13 +495,44 @@ pub async fn drain_node(
     .await
 }
 
-/// Return a cordoned or drained node to service (admin).
+/// Empty a node for maintenance (admin): no new work is placed on it, and
+/// every job on it is evicted with the checkpoint protocol (asked for a
+/// checkpoint, stopped at its deadline or once one completes, then back in
+/// its queue to run elsewhere); it stays out of service once empty, until
+/// uncordoned.
+#[utoipa::path(post, path = "/v1/nodes/{id}/evict", tag = "admin",
+    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
+    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "No such node", body = ErrorBody),
+        (status = 409, description = "Already evicted, or lost", body = ErrorBody),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn evict_node(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<ChangeReply>, ApiError> {
+    let at = gpusched_runtime::wall_clock();
+    node_change(
+        who,
+        gw,
+        path_param(id)?,
+        move |node| Event::NodeEvicted { node, at },
+        &[NodeStatus::Ready, NodeStatus::Cordoned, NodeStatus::Drained],
+        "evict",
+    )
+    .await
+}
+
+/// Return a cordoned, drained or evicted node to service (admin).
 #[utoipa::path(post, path = "/v1/nodes/{id}/uncordon", tag = "admin",
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
         (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 404, description = "No such node", body = ErrorBody),
-        (status = 409, description = "Not cordoned or drained", body = ErrorBody),
+        (status = 409, description = "Not cordoned, drained or evicted", body = ErrorBody),
         (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
         (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -508,8 +546,100 @@ pub async fn uncordon_node(
         gw,
         path_param(id)?,
         |node| Event::NodeUncordoned { node },
-        &[NodeStatus::Cordoned, NodeStatus::Drained],
+        &[
+            NodeStatus::Cordoned,
+            NodeStatus::Drained,
+            NodeStatus::Evicted,
+        ],
         "uncordon",
     )
     .await
+}
+
+/// Sets a tenant's queue to `to`, from any other state (admin).
+async fn queue_change(
+    who: Principal,
+    gw: Gateway,
+    name: String,
+    to: QueueState,
+) -> Result<Json<ChangeReply>, ApiError> {
+    who.require_admin()?;
+    {
+        let p = read_view(&gw.view);
+        let s = p.state();
+        let t = s
+            .tenant_idx(&name)
+            .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))?;
+        let now = s.tenant(t).queue;
+        if now == to {
+            return Err(ApiError::conflict(format!("queue {name} is already {now}")));
+        }
+    }
+    let event = Event::QueueStateSet {
+        tenant: name.clone(),
+        state: to,
+        at: gpusched_runtime::wall_clock(),
+    };
+    let w = gw
+        .submitter
+        .write(vec![event], None)
+        .await
+        .map_err(write_failed)?;
+    gw.caught_up(w.seq).await;
+    Ok(Json(ChangeReply {
+        seq: w.seq,
+        now: to.name().to_string(),
+    }))
+}
+
+/// What an admin does to a tenant's queue.
+#[derive(Clone, Copy, Debug, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueAction {
+    /// Admit nothing new; submissions still queue, running jobs run on.
+    Hold,
+    /// Open it again.
+    Release,
+    /// Admit nothing new and refuse new submissions; running jobs finish.
+    Drain,
+    /// As drain, and evict its running jobs.
+    Stop,
+}
+
+impl QueueAction {
+    fn to(self) -> QueueState {
+        match self {
+            QueueAction::Hold => QueueState::Held,
+            QueueAction::Release => QueueState::Open,
+            QueueAction::Drain => QueueState::Draining,
+            QueueAction::Stop => QueueState::Stopped,
+        }
+    }
+}
+
+/// Hold, release, drain or stop a tenant's queue (admin). `hold`: nothing
+/// new is admitted; submissions still queue and running jobs run on.
+/// `drain`: also refuses new submissions (409); running jobs finish.
+/// `stop`: as drain, and its running jobs are evicted with the checkpoint
+/// protocol, those on borrowed quota first; admitted jobs not yet placed
+/// give their quota back and wait. `release`: open again.
+#[utoipa::path(post, path = "/v1/queues/{tenant}/{action}", tag = "admin",
+    params(("tenant" = String, Path, min_length = 1, description = "Tenant name"),
+        ("action" = QueueAction, Path, description = "hold, release, drain or stop")),
+    responses((status = 200, body = ChangeReply),
+        (status = 400, description = "Not one of the four actions", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "No such tenant", body = ErrorBody),
+        (status = 409, description = "The queue is already in that state", body = ErrorBody),
+        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn change_queue(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    path: Result<Path<(String, QueueAction)>, PathRejection>,
+) -> Result<Json<ChangeReply>, ApiError> {
+    let (tenant, action) = path?.0;
+    queue_change(who, gw, tenant, action.to()).await
 }

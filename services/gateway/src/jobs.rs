@@ -128,8 +128,15 @@ fn unknown_tenant(s: &State, who: &Principal, name: &str) -> ApiError {
 }
 
 fn reject_to_error(s: &State, who: &Principal, r: RejectReason) -> ApiError {
-    if let RejectReason::UnknownTenant { tenant } = &r {
-        return unknown_tenant(s, who, tenant);
+    match &r {
+        RejectReason::UnknownTenant { tenant } => return unknown_tenant(s, who, tenant),
+        RejectReason::QueueClosed { .. } => {
+            return ApiError {
+                field: Some("tenant".into()),
+                ..ApiError::conflict(r.to_string())
+            }
+        }
+        _ => {}
     }
     let field = match &r {
         RejectReason::InvalidField { field, .. } => field.clone(),
@@ -140,6 +147,7 @@ fn reject_to_error(s: &State, who: &Principal, r: RejectReason) -> ApiError {
             "workers".into()
         }
         RejectReason::DuplicateJob => "id".into(),
+        RejectReason::QueueClosed { .. } => "tenant".into(),
     };
     let message = r.to_string();
     let rule = message

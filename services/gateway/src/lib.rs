@@ -183,7 +183,7 @@ impl Modify for BearerAuth {
             `{\"error\": {\"code\", \"message\", \"field\"?}}`."
     ),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail))
+    components(schemas(ErrorBody, ErrorDetail, cluster::QueueAction))
 )]
 struct ApiDoc;
 
@@ -209,6 +209,8 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(cluster::cordon_node))
         .routes(routes!(cluster::uncordon_node))
         .routes(routes!(cluster::drain_node))
+        .routes(routes!(cluster::evict_node))
+        .routes(routes!(cluster::change_queue))
         .routes(routes!(events_api::events))
         .routes(routes!(status))
         .routes(routes!(auth::whoami))

@@ -984,7 +984,7 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 24] = [
+const SERVED: [(&str, &str); 26] = [
     ("post", "/v1/jobs"),
     ("post", "/v1/jobs:batch"),
     ("post", "/v1/arrays"),
@@ -1003,6 +1003,8 @@ const SERVED: [(&str, &str); 24] = [
     ("post", "/v1/nodes/{id}/cordon"),
     ("post", "/v1/nodes/{id}/uncordon"),
     ("post", "/v1/nodes/{id}/drain"),
+    ("post", "/v1/nodes/{id}/evict"),
+    ("post", "/v1/queues/{tenant}/{action}"),
     ("get", "/v1/events"),
     ("get", "/v1/status"),
     ("get", "/v1/whoami"),
@@ -1034,7 +1036,11 @@ async fn openapi_documents_exactly_the_served_routes() {
     // And every documented route is really served: it never reaches the
     // router's fallback (404 `no such route` or 405).
     for (m, p) in &documented {
-        let uri = p.replace("{id}", "1").replace("{name}", "t");
+        let uri = p
+            .replace("{id}", "1")
+            .replace("{name}", "t")
+            .replace("{tenant}", "t")
+            .replace("{action}", "hold");
         let (s, v) = api.call(&m.to_uppercase(), &uri, Some(ADMIN), None).await;
         assert_ne!(s, StatusCode::METHOD_NOT_ALLOWED, "{m} {p}");
         assert!(
@@ -1387,4 +1393,82 @@ async fn a_view_that_has_not_read_the_log_refuses_nothing_for_good() {
     // The caught-up gateway takes the same job.
     let (s, v) = api.call("POST", "/v1/jobs", Some(ADMIN), Some(job)).await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
+}
+
+#[tokio::test]
+async fn queues_are_held_drained_stopped_and_released_and_nodes_evicted_by_the_admin() {
+    let api = api().await;
+    let post = |path: &'static str, token: &'static str| {
+        let api = &api;
+        async move { api.call("POST", path, Some(token), None).await }
+    };
+    // Hold: submissions still queue; the queue view says so.
+    let (s, v) = post("/v1/queues/vision/hold", ADMIN).await;
+    assert_eq!(
+        (s, v["now"].as_str()),
+        (StatusCode::OK, Some("held")),
+        "{v}"
+    );
+    assert_eq!(
+        post("/v1/queues/vision/hold", ADMIN).await.0,
+        StatusCode::CONFLICT
+    );
+    let (_, q) = api.call("GET", "/v1/queues", Some(ADMIN), None).await;
+    let state_of = |q: &Value, t: &str| {
+        q["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["tenant"] == t)
+            .map(|r| r["queue"].clone())
+    };
+    assert_eq!(state_of(&q, "vision"), Some(json!("held")));
+    assert_eq!(state_of(&q, "speech"), Some(json!("open")));
+    assert!(api.submit_ok(VISION, job("vision", 1, 8)).await > 0);
+    // Drain: a submission is refused with 409, naming the tenant.
+    let (s, v) = post("/v1/queues/vision/drain", ADMIN).await;
+    assert_eq!((s, v["now"].as_str()), (StatusCode::OK, Some("draining")));
+    let (s, v) = api.submit(VISION, job("vision", 1, 8)).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(field(&v), "tenant");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("draining"),
+        "{v}"
+    );
+    // Stop, then release: submissions are taken again.
+    let (s, v) = post("/v1/queues/vision/stop", ADMIN).await;
+    assert_eq!((s, v["now"].as_str()), (StatusCode::OK, Some("stopped")));
+    let (s, v) = post("/v1/queues/vision/release", ADMIN).await;
+    assert_eq!((s, v["now"].as_str()), (StatusCode::OK, Some("open")));
+    assert_eq!(
+        post("/v1/queues/vision/release", ADMIN).await.0,
+        StatusCode::CONFLICT
+    );
+    assert!(api.submit_ok(VISION, job("vision", 1, 8)).await > 0);
+    // Only the admin; an unknown tenant is 404.
+    assert_eq!(
+        post("/v1/queues/vision/hold", VISION).await.0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        post("/v1/queues/nobody/hold", ADMIN).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // Evict a node: out of service until uncordoned; twice is 409.
+    let (s, v) = post("/v1/nodes/n2/evict", ADMIN).await;
+    assert_eq!(
+        (s, v["now"].as_str()),
+        (StatusCode::OK, Some("evicted")),
+        "{v}"
+    );
+    assert_eq!(
+        post("/v1/nodes/n2/evict", ADMIN).await.0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        post("/v1/nodes/n2/evict", VISION).await.0,
+        StatusCode::FORBIDDEN
+    );
+    let (s, v) = post("/v1/nodes/n2/uncordon", ADMIN).await;
+    assert_eq!((s, v["now"].as_str()), (StatusCode::OK, Some("ready")));
 }

@@ -221,13 +221,13 @@ async function queuesPage() {
   render = async () => {
     const { queues } = await api("/v1/queues");
     const rows = queues.map((q) => [
-      q.tenant, q.cohort || "—", q.flavor, q.nominal, q.used, q.borrowed, q.lent,
+      q.tenant, q.queue || "open", q.cohort || "—", q.flavor, q.nominal, q.used, q.borrowed, q.lent,
       q.pending, q.running,
       Object.entries(q.pending_by_reason || {}).map(([r, n]) => `${r.replaceAll("_", " ")} ${n}`).join(", ") || "—",
     ]);
     body.replaceChildren(table("Quota and use per tenant and flavor (GPUs; jobs for pending and running)",
-      ["Tenant", "Cohort", "Flavor", "Nominal", "Used", "Borrowed", "Lent", "Pending", "Running", "Pending by reason"],
-      rows, [3, 4, 5, 6, 7, 8]));
+      ["Tenant", "Queue", "Cohort", "Flavor", "Nominal", "Used", "Borrowed", "Lent", "Pending", "Running", "Pending by reason"],
+      rows, [4, 5, 6, 7, 8, 9]));
   };
   await render().catch((e) => showError(body, e));
 }
@@ -243,7 +243,7 @@ async function clusterPage() {
   const body = h("div", { id: "cluster" });
   const detail = h("div", { id: "node-detail", class: "panel", "aria-live": "polite", hidden: true });
   const legend = h("div", { class: "legend", "aria-label": "Legend" },
-    ["free", "used", "full", "reserved", "cordoned", "drained", "lost"].map((s) =>
+    ["free", "used", "full", "reserved", "cordoned", "drained", "evicted", "lost"].map((s) =>
       h("span", {}, h("span", { class: `swatch s-${s}`, "aria-hidden": "true" }), s)));
   page("Cluster", legend, body, detail);
   let selected = null;

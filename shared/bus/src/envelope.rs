@@ -261,7 +261,7 @@ mod tests {
     /// decoding forever.
     const GOLDEN_BINARY: &[u8] = &[
         0x01, // form 1: binary events
-        0x01, // binary form 1
+        0x02, // binary form 2
         0x05, b'a', b'd', b'm', b'i', b't', // producer
         0x03, // epoch
         0xac, 0x02, // first_seq 300
@@ -318,7 +318,7 @@ mod tests {
             correlation_id: None,
             events: vec![],
         });
-        let binary: &[u8] = &[0x01, 0x01, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
+        let binary: &[u8] = &[0x01, 0x02, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
         assert_eq!(encode(&env).unwrap(), binary);
         assert_eq!(decode(binary).unwrap(), env);
         let json: &[u8] = &[0x00, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x02, b'[', b']'];
@@ -345,15 +345,18 @@ mod tests {
         let bad_json: &[u8] = &[0x00, 0x01, b'p', 0, 1, 1, 0, 0x02, b'{', b'}'];
         assert!(matches!(decode(bad_json), Err(BusError::Events(_))));
         // An event variant this build does not know.
-        let unknown_event: &[u8] = &[0x01, 0x01, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
+        let unknown_event: &[u8] = &[0x01, 0x02, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
         assert!(matches!(decode(unknown_event), Err(BusError::Envelope(_))));
-        // Another release's binary form is refused before any event is read.
-        let mut other_form = GOLDEN_BINARY.to_vec();
-        other_form[1] = 2;
-        assert!(matches!(
-            decode(&other_form),
-            Err(BusError::UnknownBinaryForm { found: 2 })
-        ));
+        // Another release's binary form (the previous one, form 1, or a
+        // later one) is refused before any event is read.
+        for found in [1, 3] {
+            let mut other_form = GOLDEN_BINARY.to_vec();
+            other_form[1] = found;
+            assert!(matches!(
+                decode(&other_form),
+                Err(BusError::UnknownBinaryForm { found: f }) if f == u16::from(found)
+            ));
+        }
         // Every truncation of a valid message is an error, never a panic.
         for g in [GOLDEN_BINARY.to_vec(), golden_json()] {
             for n in 0..g.len() {

@@ -11,9 +11,10 @@ fn fixture_path(name: &str) -> String {
     format!("{}/../events/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The v1 log fixture (every kind): `shared/events/fixtures/log-v1.jsonl`.
-fn log_v1() -> Vec<Event> {
-    let path = fixture_path("log-v1.jsonl");
+/// A log fixture: `shared/events/fixtures/log-v1.jsonl` (every kind of
+/// binary form 1), `log-v2.jsonl` (the kinds form 2 added).
+fn log(name: &str) -> Vec<Event> {
+    let path = fixture_path(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     text.lines()
         .enumerate()
@@ -34,11 +35,18 @@ fn fold(events: &[Event]) -> State {
     s
 }
 
+/// Both fixtures, one after the other (a batch, not a log to fold).
+fn every_kind() -> Vec<Event> {
+    let mut events = log("log-v1.jsonl");
+    events.extend(log("log-v2.jsonl"));
+    events
+}
+
 #[test]
 fn the_binary_form_of_every_kind_is_the_checked_in_message() {
-    let path = fixture_path("log-v1.bus");
+    let path = fixture_path("log-v2.bus");
     let frozen = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let events = log_v1();
+    let events = every_kind();
     let b = batch(1, &events);
     assert_eq!(
         decode(&frozen).expect("the checked-in message decodes"),
@@ -47,13 +55,31 @@ fn the_binary_form_of_every_kind_is_the_checked_in_message() {
     assert_eq!(
         encode(&Envelope::V1(b)).expect("encodes"),
         frozen,
-        "the binary form changed: bump gpusched_events::binary::FORM, keep this message as one that is refused, and check in log-v1.bus of the new form beside it"
+        "the binary form changed: bump gpusched_events::binary::FORM, keep this message as one that is refused, and check in log-vN.bus of the new form beside it"
     );
 }
 
 #[test]
+fn a_message_of_the_previous_binary_form_is_refused_before_any_event_is_read() {
+    // log-v1.bus is what a release of form 1 carried: a reader of today's
+    // form refuses it, and reads those events from the log instead.
+    let path = fixture_path("log-v1.bus");
+    let old = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert!(matches!(
+        decode(&old),
+        Err(gpusched_bus::BusError::UnknownBinaryForm { found: 1 })
+    ));
+}
+
+#[test]
 fn a_log_carried_in_both_forms_interleaved_folds_as_the_log_does() {
-    let events = log_v1();
+    for name in ["log-v1.jsonl", "log-v2.jsonl"] {
+        carried_in_both_forms(&log(name));
+    }
+}
+
+fn carried_in_both_forms(events: &[Event]) {
+    let events = events.to_vec();
     let mut carried = Vec::new();
     let mut seq = 1;
     for (i, part) in events.chunks(4).enumerate() {

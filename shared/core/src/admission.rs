@@ -30,6 +30,12 @@ pub fn validate(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
             level: spec.topology.clone(),
         })?;
     let tenant = state.tenant(t);
+    if !tenant.queue.accepts() {
+        return Err(RejectReason::QueueClosed {
+            tenant: spec.tenant.clone(),
+            state: tenant.queue,
+        });
+    }
     let flavors: Vec<FlavorIdx> = if spec.flavors.is_empty() {
         tenant.flavor_order.clone()
     } else {

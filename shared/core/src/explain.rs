@@ -34,7 +34,8 @@ use crate::limits::{CycleConfig, PreemptionConfig};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
 use gpusched_events::{
-    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RequeueReason,
+    Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
+    RequeueReason,
 };
 use gpusched_model::{JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
 use words::{declared, duration, gpu_hours, offset, relative, within};
@@ -107,7 +108,10 @@ pub fn event_at(e: &Event) -> Option<Timestamp> {
         | Event::JobCheckpointed { at, .. }
         | Event::PreemptionPlanned { at, .. }
         | Event::JobPreempted { at, .. }
-        | Event::ReservationMade { at, .. } => Some(*at),
+        | Event::ReservationMade { at, .. }
+        | Event::QueueStateSet { at, .. }
+        | Event::NodeEvicted { at, .. }
+        | Event::EvictionPlanned { at, .. } => Some(*at),
         Event::TopologyConfigured { .. }
         | Event::TenantConfigured { .. }
         | Event::NodeCordoned { .. }
@@ -283,6 +287,20 @@ fn node_list(state: &State, a: &[Assignment]) -> String {
         .join(", ")
 }
 
+/// Why an eviction was planned, in words.
+fn eviction_text(state: &State, c: &EvictionCause) -> String {
+    match c {
+        EvictionCause::QueueStopped { tenant } => format!("queue {tenant} was stopped"),
+        EvictionCause::NodeEvicted { node } => format!(
+            "node {} is being emptied for maintenance",
+            state
+                .nodes()
+                .get(node.index())
+                .map_or_else(|| node.to_string(), |n| n.spec.name.clone())
+        ),
+    }
+}
+
 fn cause_text(c: &PreemptionCause) -> String {
     match c {
         PreemptionCause::Reclaim {
@@ -375,7 +393,12 @@ pub fn history_at<'a>(
                 continue;
             }
         }
-        if e.job() == Some(id) || matches!(e, Event::PreemptionPlanned { .. }) {
+        if e.job() == Some(id)
+            || matches!(
+                e,
+                Event::PreemptionPlanned { .. } | Event::EvictionPlanned { .. }
+            )
+        {
             flush(&mut out, &mut checkpoints);
         }
         let line = match e {
@@ -443,6 +466,18 @@ pub fn history_at<'a>(
                     Some(line) => line,
                     None => continue,
                 }
+            }
+            Event::EvictionPlanned { cause, victims, at } => {
+                let Some(v) = victims.iter().find(|v| v.job == id) else {
+                    continue;
+                };
+                format!(
+                    "{} chosen to be evicted: {}; it is asked for a checkpoint and stops {} at the latest (expected loss {})",
+                    secs(*at),
+                    eviction_text(state, cause),
+                    relative(v.deadline, *at),
+                    gpu_hours(v.expected_lost_gpu_ms)
+                )
             }
             Event::JobPreempted {
                 job,
@@ -614,9 +649,17 @@ fn preempted_line(at: &str, lost_gpu_ms: u64, resume_from: Option<&CheckpointRef
     )
 }
 
-/// A `JobRequeued` line: the node lost, and the work with it.
+/// A `JobRequeued` line: the node lost, and the work with it; or the
+/// quota given back when its queue was stopped.
 fn requeued_line(state: &State, at: &str, reason: &RequeueReason, lost_gpu_ms: u64) -> String {
-    let RequeueReason::NodeLost { node } = reason;
+    let node = match reason {
+        RequeueReason::NodeLost { node } => node,
+        RequeueReason::QueueStopped { tenant } => {
+            return format!(
+                "{at} back in its queue: queue {tenant} was stopped before it was placed; its quota is given back"
+            )
+        }
+    };
     let name = state
         .nodes()
         .get(node.index())
@@ -641,14 +684,26 @@ fn now_line(state: &State, id: JobId, ctx: &Context, cause: Option<&str>) -> Str
     if let Some(r) = relief(state, id, ctx) {
         now.push_str(&format!("; {}", r.describe(ctx.now, cause)));
     }
+    if job.phase == Phase::Queued {
+        let queue = job.tenant.map(|t| state.tenant(t).queue);
+        if let Some(q) = queue.filter(|q| !q.admits()) {
+            now.push_str(&format!(
+                "; its queue is {q}: nothing is admitted until an admin releases it"
+            ));
+        }
+    }
     if let Some((deadline, beneficiary)) = job.preempt {
         let when = if deadline > ctx.now {
             format!("{} at the latest", relative(deadline, ctx.now))
         } else {
             "now (its deadline has passed)".to_string()
         };
+        let why = match beneficiary {
+            Some(b) => format!("stopping for job {b}"),
+            None => "being evicted".to_string(),
+        };
         now.push_str(&format!(
-            "; stopping for job {beneficiary}: it stops {when}, or on its next complete checkpoint"
+            "; {why}: it stops {when}, or on its next complete checkpoint"
         ));
     }
     if let Some(other) = reservation_ahead(state, id) {

@@ -402,7 +402,9 @@ impl Goodput {
             );
             return;
         }
-        if let Event::PreemptionPlanned { victims, at, .. } = ev {
+        if let Event::PreemptionPlanned { victims, at, .. }
+        | Event::EvictionPlanned { victims, at, .. } = ev
+        {
             for v in victims {
                 if let Some(t) = self.live.get_mut(&v.job) {
                     t.chosen_at = Some(*at);

@@ -37,4 +37,4 @@ pub use goodput::{Account, Goodput, Summary as GoodputSummary, WaitReason};
 pub use limits::{CycleConfig, CycleStats, ScanMemo};
 pub use limits::{PreemptionConfig, VictimOrder};
 pub use state::{worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};
-pub use tally::{LogTally, ReclaimClock};
+pub use tally::{eviction_label, LogTally, ReclaimClock};

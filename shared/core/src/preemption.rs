@@ -3,8 +3,11 @@
 //!
 //! Owns: (1) finishing preemptions — a victim stops when it reports a
 //! complete checkpoint or at its deadline, and resumes only from its last
-//! complete checkpoint; (2) evicting preemptible backfill when a
-//! reservation's nodes are needed; (3) planning victims for a beneficiary:
+//! complete checkpoint; (2) evictions an admin asked for — every job on a
+//! node emptied for maintenance, every job of a stopped queue (those that
+//! borrowed first), each with the same checkpoint protocol; (3) evicting
+//! preemptible backfill when a reservation's nodes are needed; (4) planning
+//! victims for a beneficiary:
 //! a quota owner reclaiming lent quota from borrowers in its cohort
 //! (reclaim), or a higher-priority job evicting lower ones of its own tenant
 //! (priority preemption). Victims come only from an index of preemptible
@@ -23,7 +26,9 @@
 //! `VictimOrder::Kueue` the same search orders candidates as Kueue does
 //! (lower priority first, most recently started first) as a baseline.
 //!
-//! Must never: preempt a non-preemptible job, preempt for a reclaim a job of
+//! Must never: preempt a non-preemptible job for a beneficiary (only an
+//! admin's eviction stops one), plan for a queued job whose queue is held,
+//! draining or stopped, preempt for a reclaim a job of
 //! a tenant within its nominal quota (what it holds once its stopping
 //! victims are gone: its own queued beneficiaries do not make it a
 //! borrower), or allocate GPUs (placement binds the beneficiary once the
@@ -34,7 +39,9 @@ use crate::limits::{CycleConfig, ScanMemo};
 use crate::limits::{SearchStamp, VictimOrder};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
-use gpusched_events::{Assignment, Event, PreemptionCause, Victim};
+use gpusched_events::{
+    Assignment, Event, EvictionCause, PreemptionCause, QueueState, RequeueReason, Victim,
+};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
@@ -53,6 +60,9 @@ pub struct PreemptionStats {
     pub planned: u64,
     /// Victims stopped.
     pub preempted: u64,
+    /// Running jobs chosen to be evicted (stopped queues, nodes emptied
+    /// for maintenance).
+    pub evicted: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -236,6 +246,15 @@ impl Pass {
                 }
             }
         }
+        // Evicted jobs (no beneficiary) give their quota back too.
+        for (_, v) in state.preempting() {
+            if let Some(j) = state
+                .job(v)
+                .filter(|j| matches!(j.preempt, Some((_, None))))
+            {
+                pass.give_back(state, j);
+            }
+        }
         for b in waiting {
             let Some(j) = state.job(b).filter(|j| j.phase == Phase::Queued) else {
                 continue;
@@ -338,9 +357,19 @@ pub fn decide(
         });
         stats.preempted += 1;
     }
-    // 2. Preemptible backfill leaves reservations whose nodes are needed.
-    let mut planned_for: FxHashSet<JobId> = FxHashSet::default();
     let mut pass = Pass::in_flight(state);
+    // 2. Evictions: nodes emptied for maintenance, stopped queues.
+    for e in evictions(state, cfg, now) {
+        if let Event::EvictionPlanned { victims, .. } = &e {
+            stats.evicted += victims.len() as u64;
+            for v in victims {
+                pass.take_victim(state, v.job);
+            }
+        }
+        events.push(e);
+    }
+    // 3. Preemptible backfill leaves reservations whose nodes are needed.
+    let mut planned_for: FxHashSet<JobId> = FxHashSet::default();
     for (&owner, r) in state.reservations() {
         if r.for_preemption || r.backfill.is_empty() || state.plan(owner).is_some() {
             continue;
@@ -348,7 +377,7 @@ pub fn decide(
         if state.job(owner).map(|j| j.phase) != Some(Phase::Admitted) {
             continue;
         }
-        if let Some(victims) = backfill_to_evict(state, cfg, owner, now) {
+        if let Some(victims) = backfill_to_evict(state, cfg, owner, now, &pass.taken) {
             stats.planned += 1;
             planned_for.insert(owner);
             for v in &victims {
@@ -363,7 +392,7 @@ pub fn decide(
             });
         }
     }
-    // 3. Beneficiaries: reclaim and priority preemption, as many as the
+    // 4. Beneficiaries: reclaim and priority preemption, as many as the
     // cycle's bounds allow. Each plan is counted in `pass` before the next
     // search, so a later one neither counts the same quota or room twice
     // nor takes a victim twice.
@@ -378,6 +407,9 @@ pub fn decide(
             continue;
         }
         let Some(job) = state.job(id) else { continue };
+        if job.phase == Phase::Queued && !queue_admits(state, job) {
+            continue;
+        }
         let quota = pass.quota_without(state, job);
         let Some(need) = need_of(state, &quota, job) else {
             continue;
@@ -426,6 +458,87 @@ pub fn decide(
         }
     }
     (events, stats)
+}
+
+/// Whether the job's queue admits jobs now.
+fn queue_admits(state: &State, job: &Job) -> bool {
+    job.tenant.is_none_or(|t| state.tenant(t).queue.admits())
+}
+
+/// The evictions due now, at most `max_cycle_candidates` victims: every
+/// running job on a node emptied for maintenance, and of a stopped queue
+/// its admitted jobs (their quota goes back at once) and its running ones,
+/// those that borrowed first (the others once none of those still runs).
+/// Every running job goes, preemptible or not: its admin asked for it.
+/// Each victim gets the checkpoint protocol, costed as a preemption's.
+fn evictions(state: &State, cfg: &CycleConfig, now: Timestamp) -> Vec<Event> {
+    let mut budget = cfg.preemption.max_cycle_candidates;
+    let mut taken: FxHashSet<JobId> = FxHashSet::default();
+    let mut events = Vec::new();
+    let mut victims_of = |jobs: Vec<&Job>, budget: &mut usize| -> Vec<Victim> {
+        let mut out = Vec::new();
+        for j in jobs {
+            if *budget == 0 {
+                break;
+            }
+            if j.phase == Phase::Running && taken.insert(j.id) {
+                out.push(costed(cfg, j, now).victim());
+                *budget -= 1;
+            }
+        }
+        out
+    };
+    for node in state.evicted_nodes() {
+        let jobs = state.nodes()[node.index()]
+            .jobs
+            .iter()
+            .filter_map(|j| state.job(*j))
+            .collect();
+        let victims = victims_of(jobs, &mut budget);
+        if !victims.is_empty() {
+            events.push(Event::EvictionPlanned {
+                cause: EvictionCause::NodeEvicted { node },
+                victims,
+                at: now,
+            });
+        }
+    }
+    for t in state.tenants() {
+        if t.queue != QueueState::Stopped || t.holding.is_empty() {
+            continue;
+        }
+        let jobs: Vec<&Job> = t.holding.iter().filter_map(|j| state.job(*j)).collect();
+        for j in jobs.iter().filter(|j| j.phase == Phase::Admitted) {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            events.push(Event::JobRequeued {
+                job: j.id,
+                reason: RequeueReason::QueueStopped {
+                    tenant: t.spec.name.clone(),
+                },
+                lost_gpu_ms: 0,
+                at: now,
+            });
+        }
+        let borrowing = jobs.iter().any(|j| j.borrowed > 0 && j.phase.holds_gpus());
+        let running = jobs
+            .into_iter()
+            .filter(|j| !borrowing || j.borrowed > 0)
+            .collect();
+        let victims = victims_of(running, &mut budget);
+        if !victims.is_empty() {
+            events.push(Event::EvictionPlanned {
+                cause: EvictionCause::QueueStopped {
+                    tenant: t.spec.name.clone(),
+                },
+                victims,
+                at: now,
+            });
+        }
+    }
+    events
 }
 
 /// One victim set a search costed.
@@ -1222,12 +1335,15 @@ fn reserve_after(
 }
 
 /// Preemptible backfill to evict so a reservation's job can bind now, if
-/// evicting it is all that is missing.
+/// evicting it is all that is missing. Backfill already stopping for
+/// another reason in this pass (`taken`) frees its GPUs without being
+/// named again.
 fn backfill_to_evict(
     state: &State,
     cfg: &CycleConfig,
     owner: JobId,
     now: Timestamp,
+    taken: &FxHashSet<JobId>,
 ) -> Option<Vec<Victim>> {
     let r = state.reservations().get(&owner)?;
     let cap = state.capacity();
@@ -1255,7 +1371,7 @@ fn backfill_to_evict(
                 .filter(|x| x.node == a.node)
                 .map(|x| x.gpus)
                 .sum::<Gpus>();
-            if chosen.insert(j.id) {
+            if !taken.contains(&j.id) && chosen.insert(j.id) {
                 let c = costed(cfg, j, now);
                 victims.push(Victim {
                     job: j.id,

@@ -456,7 +456,8 @@ fn start(
     now: Timestamp,
     t: TenantIdx,
 ) -> Start {
-    let Some(&head) = state.tenant(t).pending.first() else {
+    let tenant = state.tenant(t);
+    let Some(&head) = tenant.pending.first().filter(|_| tenant.queue.admits()) else {
         return Start::Empty;
     };
     let stamp = tenant_stamp(state, t);

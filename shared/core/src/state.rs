@@ -10,7 +10,8 @@
 
 use crate::capacity::{CapacityIndex, FlavorIdx};
 use gpusched_events::{
-    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RejectReason, Victim,
+    Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
+    QueueState, RejectReason, RequeueReason, Victim,
 };
 use gpusched_model::{
     FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
@@ -154,8 +155,10 @@ pub struct Job {
     pub preempted_at: Option<Timestamp>,
     /// Times it was preempted.
     pub preemptions: u32,
-    /// While preempting: the deadline and the beneficiary.
-    pub preempt: Option<(Timestamp, JobId)>,
+    /// While preempting: the deadline and the beneficiary (`None`: evicted
+    /// with no job to make room for, from a stopped queue or a node emptied
+    /// for maintenance).
+    pub preempt: Option<(Timestamp, Option<JobId>)>,
     /// When it was last chosen as a victim: only a checkpoint completed
     /// since then makes it ready to stop (one completed before, reported
     /// late, saved work but did not stop it).
@@ -264,6 +267,9 @@ pub enum NodeStatus {
     Drained,
     /// Gone.
     Lost,
+    /// Takes no new work; its jobs are evicted with the checkpoint protocol
+    /// for maintenance, and it stays out of service once empty.
+    Evicted,
 }
 
 /// A node as the scheduler knows it.
@@ -316,6 +322,10 @@ pub struct Tenant {
     pub pending: BTreeSet<QueueKey>,
     /// Bumped whenever something could unblock its queue from its own side.
     pub version: u64,
+    /// What its queue lets through (set by its admin; open at first).
+    pub queue: QueueState,
+    /// Its jobs holding quota (admitted, bound, running or preempting).
+    pub holding: BTreeSet<JobId>,
 }
 
 impl Tenant {
@@ -442,6 +452,15 @@ pub enum ApplyError {
     /// Topology may only be configured before the first node.
     #[error("topology cannot change once nodes exist")]
     TopologyFixed,
+    /// The tenant's queue does not let this through (a job accepted while
+    /// it is draining or stopped, or admitted while it is not open).
+    #[error("queue {tenant} is {state}")]
+    QueueClosed {
+        /// The tenant.
+        tenant: String,
+        /// Its queue's state.
+        state: QueueState,
+    },
 }
 
 /// Preemptible running jobs of one tenant and flavor, by latest safe point first.
@@ -507,6 +526,8 @@ pub struct State {
     /// Reclaim beneficiaries not yet admitted → (cohort, flavor): quota
     /// freed there goes to them, not back to borrowers.
     reclaim_holds: BTreeMap<JobId, (CohortIdx, FlavorIdx)>,
+    /// Nodes being emptied for maintenance (status `Evicted`).
+    evicted_nodes: BTreeSet<NodeId>,
 }
 
 fn at_mut<T: Clone + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
@@ -728,6 +749,10 @@ impl State {
             .iter()
             .any(|(j, &(hc, hf))| *j != except && hc == c && hf == f)
     }
+    /// Nodes being emptied for maintenance.
+    pub fn evicted_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.evicted_nodes.iter().copied()
+    }
     /// Total GPUs allocated to jobs.
     pub fn gpus_in_use(&self) -> u64 {
         (0..self.nodes.len())
@@ -772,6 +797,13 @@ impl State {
     fn set_phase(&mut self, id: JobId, to: Phase) {
         if let Some(job) = self.jobs.get_mut(&id) {
             self.counts.mv(Some(job.phase), to);
+            if let Some(tenant) = job.tenant.and_then(|t| self.tenants.get_mut(t as usize)) {
+                if to.holds_quota() {
+                    tenant.holding.insert(id);
+                } else {
+                    tenant.holding.remove(&id);
+                }
+            }
             job.phase = to;
         }
     }
@@ -836,10 +868,12 @@ impl State {
         {
             self.preempting.remove(&(deadline, id));
             self.preempt_ready.remove(&id);
-            if let Some(victims) = self.plans.get_mut(&beneficiary) {
-                victims.remove(&id);
-                if victims.is_empty() {
-                    self.plans.remove(&beneficiary);
+            if let Some(b) = beneficiary {
+                if let Some(victims) = self.plans.get_mut(&b) {
+                    victims.remove(&id);
+                    if victims.is_empty() {
+                        self.plans.remove(&b);
+                    }
                 }
             }
         }
@@ -1127,10 +1161,10 @@ impl State {
             }
             Event::JobRequeued {
                 job,
+                reason,
                 lost_gpu_ms,
                 at,
-                ..
-            } => self.on_job_requeued(*job, *lost_gpu_ms, *at, ev.kind()),
+            } => self.on_job_requeued(*job, reason, *lost_gpu_ms, *at, ev.kind()),
             Event::JobCheckpointed {
                 job,
                 progress_ms,
@@ -1157,6 +1191,11 @@ impl State {
                 at,
             } => self.on_reservation_made(*job, assignments, *start, *at, ev.kind()),
             Event::NodeRejoined { node, .. } => self.on_node_rejoined(*node, ev.kind()),
+            Event::QueueStateSet { tenant, state, .. } => self.on_queue_state_set(tenant, *state),
+            Event::NodeEvicted { node, .. } => self.on_node_evicted(*node, ev.kind()),
+            Event::EvictionPlanned { cause, victims, at } => {
+                self.on_eviction_planned(cause, victims, *at, ev.kind())
+            }
         }
     }
 
@@ -1197,6 +1236,8 @@ impl State {
                     usage: Vec::new(),
                     pending: BTreeSet::new(),
                     version: 0,
+                    queue: QueueState::Open,
+                    holding: BTreeSet::new(),
                 });
                 self.tenant_by_name.insert(spec.name.clone(), t);
                 t
@@ -1281,7 +1322,10 @@ impl State {
     /// Checks the node is cordoned or drained; makes it ready again.
     fn on_node_uncordoned(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
         let n = self.node_checked(node)?;
-        if !matches!(n.status, NodeStatus::Cordoned | NodeStatus::Drained) {
+        if !matches!(
+            n.status,
+            NodeStatus::Cordoned | NodeStatus::Drained | NodeStatus::Evicted
+        ) {
             return Err(ApplyError::IllegalNodeTransition {
                 node,
                 from: n.status,
@@ -1289,6 +1333,7 @@ impl State {
             });
         }
         let f = n.flavor;
+        self.evicted_nodes.remove(&node);
         self.nodes[node.index()].status = NodeStatus::Ready;
         self.refresh_schedulable(node);
         *at_mut(&mut self.capacity_version, f as usize) += 1;
@@ -1307,6 +1352,7 @@ impl State {
             });
         }
         self.capacity.remove_node(node);
+        self.evicted_nodes.remove(&node);
         let n = &mut self.nodes[node.index()];
         n.status = NodeStatus::Lost;
         let reserved = n.reserved_for;
@@ -1382,6 +1428,12 @@ impl State {
             .level_number(&j.spec.topology)
             .ok_or_else(|| FieldError::new("topology", "unknown level"))?;
         let tenant = &self.tenants[t as usize];
+        if !tenant.queue.accepts() {
+            return Err(ApplyError::QueueClosed {
+                tenant: tenant.spec.name.clone(),
+                state: tenant.queue,
+            });
+        }
         let flavors = if j.spec.flavors.is_empty() {
             tenant.flavor_order.clone()
         } else {
@@ -1472,6 +1524,12 @@ impl State {
         }
         let need = j.spec.total_gpus();
         let tenant = &self.tenants[t as usize];
+        if !tenant.queue.admits() {
+            return Err(ApplyError::QueueClosed {
+                tenant: tenant.spec.name.clone(),
+                state: tenant.queue,
+            });
+        }
         let q = tenant
             .quota(f)
             .ok_or_else(|| ApplyError::BadFlavor(flavor.to_string()))?;
@@ -1680,15 +1738,31 @@ impl State {
     fn on_job_requeued(
         &mut self,
         job: JobId,
+        reason: &RequeueReason,
         lost_gpu_ms: u64,
         at: Timestamp,
         kind: &'static str,
     ) -> Result<(), ApplyError> {
-        self.expect_phase(
-            job,
-            &[Phase::Bound, Phase::Running, Phase::Preempting],
-            kind,
-        )?;
+        match reason {
+            RequeueReason::NodeLost { .. } => {
+                self.expect_phase(
+                    job,
+                    &[Phase::Bound, Phase::Running, Phase::Preempting],
+                    kind,
+                )?;
+            }
+            RequeueReason::QueueStopped { tenant } => {
+                let j = self.expect_phase(job, &[Phase::Admitted], kind)?;
+                let t = j.tenant.map(|t| &self.tenants[t as usize]);
+                if t.map(|t| (t.spec.name.as_str(), t.queue)) != Some((tenant, QueueState::Stopped))
+                {
+                    return Err(ApplyError::QueueClosed {
+                        tenant: tenant.clone(),
+                        state: t.map_or(QueueState::Open, |t| t.queue),
+                    });
+                }
+            }
+        }
         self.requeue(job, lost_gpu_ms, at)?;
         self.job_mut(job)?.requeues += 1;
         Ok(())
@@ -1761,12 +1835,7 @@ impl State {
     ) -> Result<(), ApplyError> {
         self.check_preemption_planned(beneficiary, victims, reserve, kind)?;
         for v in victims {
-            self.forget_preemptible(v.job);
-            self.set_phase(v.job, Phase::Preempting);
-            self.preempting.insert((v.deadline, v.job));
-            let j = self.job_mut(v.job)?;
-            j.preempt = Some((v.deadline, beneficiary));
-            j.chosen_at = Some(at);
+            self.stop_victim(v, Some(beneficiary), at)?;
         }
         self.plans
             .insert(beneficiary, victims.iter().map(|v| v.job).collect());
@@ -1893,6 +1962,140 @@ impl State {
         self.nodes[node.index()].status = NodeStatus::Ready;
         self.refresh_schedulable(node);
         *at_mut(&mut self.capacity_version, f as usize) += 1;
+        Ok(())
+    }
+
+    /// Sets a tenant's queue state. A queue that stops admitting ends its
+    /// jobs' reclaim holds (borrowing in the cohort resumes: nobody of
+    /// this tenant will take the room); any change bumps the tenant's
+    /// version so its queue is looked at again.
+    fn on_queue_state_set(&mut self, tenant: &str, state: QueueState) -> Result<(), ApplyError> {
+        let t = self
+            .tenant_idx(tenant)
+            .ok_or_else(|| ApplyError::UnknownTenant(tenant.to_string()))?;
+        let tn = &mut self.tenants[t as usize];
+        tn.queue = state;
+        tn.version += 1;
+        if !state.admits() {
+            let held: Vec<JobId> = self
+                .reclaim_holds
+                .keys()
+                .filter(|j| self.jobs.get(j).and_then(|j| j.tenant) == Some(t))
+                .copied()
+                .collect();
+            for j in held {
+                self.drop_hold(j);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the node is ready, cordoned or drained; marks it evicted
+    /// (no new work), and releases any reservation held on it.
+    fn on_node_evicted(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
+        let n = self.node_checked(node)?;
+        if !matches!(
+            n.status,
+            NodeStatus::Ready | NodeStatus::Cordoned | NodeStatus::Drained
+        ) {
+            return Err(ApplyError::IllegalNodeTransition {
+                node,
+                from: n.status,
+                event: kind,
+            });
+        }
+        self.nodes[node.index()].status = NodeStatus::Evicted;
+        self.evicted_nodes.insert(node);
+        self.refresh_schedulable(node);
+        if let Some(owner) = self.nodes[node.index()].reserved_for {
+            self.release_reservation(owner);
+        }
+        Ok(())
+    }
+
+    /// Checks the eviction (`check_eviction_planned`); each victim starts
+    /// the stop protocol with no beneficiary.
+    fn on_eviction_planned(
+        &mut self,
+        cause: &EvictionCause,
+        victims: &[Victim],
+        at: Timestamp,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        self.check_eviction_planned(cause, victims, kind)?;
+        for v in victims {
+            self.stop_victim(v, None, at)?;
+        }
+        Ok(())
+    }
+
+    /// Checks, changing nothing, that the victims are distinct running
+    /// jobs, each on the evicted node or of the stopped queue.
+    fn check_eviction_planned(
+        &self,
+        cause: &EvictionCause,
+        victims: &[Victim],
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let bad = |job: JobId, why: &str| ApplyError::BadPreemption {
+            job,
+            why: why.to_string(),
+        };
+        let first = victims.first().map_or(JobId(0), |v| v.job);
+        if victims.is_empty() {
+            return Err(bad(first, "an eviction with no victims"));
+        }
+        let stopped = match cause {
+            EvictionCause::QueueStopped { tenant } => {
+                let t = self
+                    .tenant_idx(tenant)
+                    .ok_or_else(|| ApplyError::UnknownTenant(tenant.clone()))?;
+                if self.tenants[t as usize].queue != QueueState::Stopped {
+                    return Err(bad(first, "its queue is not stopped"));
+                }
+                Some(t)
+            }
+            EvictionCause::NodeEvicted { node } => {
+                if self.node_checked(*node)?.status != NodeStatus::Evicted {
+                    return Err(bad(first, "its node is not being evicted"));
+                }
+                None
+            }
+        };
+        let mut seen = BTreeSet::new();
+        for v in victims {
+            let j = self.expect_phase(v.job, &[Phase::Running], kind)?;
+            if !seen.insert(v.job) {
+                return Err(bad(v.job, "listed twice"));
+            }
+            let belongs = match (cause, stopped) {
+                (_, Some(t)) => j.tenant == Some(t),
+                (EvictionCause::NodeEvicted { node }, _) => {
+                    j.assignments.iter().any(|a| a.node == *node)
+                }
+                _ => false,
+            };
+            if !belongs {
+                return Err(bad(v.job, "not of the stopped queue or the evicted node"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A running victim starts to stop: out of the victim index, preempting
+    /// until its deadline or a complete checkpoint.
+    fn stop_victim(
+        &mut self,
+        v: &Victim,
+        beneficiary: Option<JobId>,
+        at: Timestamp,
+    ) -> Result<(), ApplyError> {
+        self.forget_preemptible(v.job);
+        self.set_phase(v.job, Phase::Preempting);
+        self.preempting.insert((v.deadline, v.job));
+        let j = self.job_mut(v.job)?;
+        j.preempt = Some((v.deadline, beneficiary));
+        j.chosen_at = Some(at);
         Ok(())
     }
 
@@ -2091,6 +2294,10 @@ impl State {
         }
         for t in &self.tenants {
             put(t.spec.name.as_bytes());
+            // Only a queue an admin changed: older states hash as they did.
+            if t.queue != QueueState::Open {
+                put(t.queue.name().as_bytes());
+            }
             for (f, u) in t.usage.iter().enumerate() {
                 if *u > 0 {
                     put(self.flavor_name(f as FlavorIdx).as_bytes());
@@ -2128,7 +2335,7 @@ impl State {
             }
             if let Some((deadline, b)) = j.preempt {
                 put(&deadline.0.to_le_bytes());
-                put(&b.0.to_le_bytes());
+                put(&b.map_or(u64::MAX, |b| b.0).to_le_bytes());
             }
             put(&j.backfill_for.map_or(0, |b| b.0 + 1).to_le_bytes());
             put(&j.cancel_requested.map_or(u64::MAX, |t| t.0).to_le_bytes());
@@ -2243,6 +2450,21 @@ impl State {
                         c.capacity(f)
                     ));
                 }
+            }
+        }
+        for (ti, t) in self.tenants.iter().enumerate() {
+            let holding = self
+                .jobs
+                .values()
+                .filter(|j| j.tenant == Some(ti as TenantIdx) && j.phase.holds_quota())
+                .count();
+            let indexed = t
+                .holding
+                .iter()
+                .filter(|j| self.jobs.get(j).is_some_and(|j| j.phase.holds_quota()))
+                .count();
+            if holding != t.holding.len() || indexed != holding {
+                return Err(format!("tenant {} holding index drifted", t.spec.name));
             }
         }
         let counted: u64 = Phase::ALL.iter().map(|p| self.counts.get(*p)).sum();

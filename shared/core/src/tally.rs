@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use gpusched_events::{Event, PendingReason, PreemptionCause};
+use gpusched_events::{Event, EvictionCause, PendingReason, PreemptionCause};
 use gpusched_model::{JobId, Timestamp};
 use rustc_hash::FxHashMap;
 
@@ -32,6 +32,14 @@ pub fn cause_label(c: &PreemptionCause) -> &'static str {
         PreemptionCause::Reclaim { .. } => "reclaim",
         PreemptionCause::Priority { .. } => "priority",
         PreemptionCause::Reservation => "reservation",
+    }
+}
+
+/// A short label for an eviction's cause.
+pub fn eviction_label(c: &EvictionCause) -> &'static str {
+    match c {
+        EvictionCause::QueueStopped { .. } => "queue_stopped",
+        EvictionCause::NodeEvicted { .. } => "node_evicted",
     }
 }
 
@@ -182,6 +190,12 @@ impl LogTally {
             }
             Event::PreemptionPlanned { cause, victims, .. } => {
                 let label = cause_label(cause);
+                for v in victims {
+                    self.victims.insert(v.job, label);
+                }
+            }
+            Event::EvictionPlanned { cause, victims, .. } => {
+                let label = eviction_label(cause);
                 for v in victims {
                     self.victims.insert(v.job, label);
                 }

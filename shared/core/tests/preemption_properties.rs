@@ -4,7 +4,8 @@
 //! runtime, priority) and interleavings of cycles, time, agent checkpoints
 //! (monotonic per run), starts, finishes and node losses. After every step:
 //! invariants 1–3 (`check_invariants`); 4 — no non-preemptible job is ever
-//! a victim, preempted or in `Preempting`; 5 — every start of a job with a
+//! a victim, preempted or in `Preempting` but by an admin's eviction (a
+//! stopped queue, a node emptied for maintenance); 5 — every start of a job with a
 //! complete checkpoint is on that checkpoint's flavor and resumes from its
 //! progress, every preemption resumes from the last complete checkpoint,
 //! and lost work is exactly the GPU-time since it; 6 — the log replays to
@@ -17,6 +18,7 @@
 
 mod common;
 
+use common::gen::{admin, admin_op_gen, AdminOp};
 use common::gen::{cluster_gen, job_gen, pick, quota, setup, tenant_gen};
 use common::gen::{ClusterGen, JobExtras, JobGen, TenantGen, TenantMix};
 use common::Driver;
@@ -40,6 +42,7 @@ enum Op {
     Lose(usize),
     AddNode(usize),
     Advance(u64),
+    Admin(AdminOp),
 }
 
 /// Tenants of weight 1, priority preemption on 7 times in 10, smaller
@@ -91,6 +94,15 @@ fn op_gen() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Lose),
         1 => any::<usize>().prop_map(Op::AddNode),
         4 => prop_oneof![1u64..=20, 20u64..=400].prop_map(Op::Advance),
+    ]
+}
+
+/// `op_gen` with queue changes and node evictions mixed in (a separate
+/// strategy: `op_gen`'s cases and saved seeds stay as they were).
+fn op_with_admin_gen() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => op_gen(),
+        1 => admin_op_gen().prop_map(Op::Admin),
     ]
 }
 
@@ -251,7 +263,11 @@ impl Checker {
                     at,
                 } => {
                     self.preempted += 1;
-                    if !d.job(*job).spec.preemptible {
+                    let evicted = self
+                        .before
+                        .job(*job)
+                        .is_some_and(|j| matches!(j.preempt, Some((_, None))));
+                    if !d.job(*job).spec.preemptible && !evicted {
                         return Err(format!("non-preemptible job {job} preempted"));
                     }
                     let last = self.jobs[job].ckpt.as_ref().map(|(c, _)| c.clone());
@@ -332,7 +348,8 @@ impl Checker {
         }
         for &j in &d.jobs {
             let job = d.job(j);
-            if job.phase == Phase::Preempting && !job.spec.preemptible {
+            let evicted = matches!(job.preempt, Some((_, None)));
+            if job.phase == Phase::Preempting && !job.spec.preemptible && !evicted {
                 return Err(format!("non-preemptible job {j} is preempting"));
             }
         }
@@ -389,6 +406,7 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) {
             d.add_node(&spec.path[0], &spec.path[1], spec.gpus, &spec.flavor);
         }
         Op::Advance(s) => d.advance(*s),
+        Op::Admin(op) => admin(d, tenants, *op),
     }
 }
 
@@ -441,28 +459,63 @@ proptest! {
         cfg in config_gen(),
         ops in proptest::collection::vec(op_gen(), 1..160),
     ) {
-        let (d, chk) = run(&c, &tenants, cfg, &ops)?;
-        let replayed = d.replay();
-        prop_assert_eq!(replayed.state_hash(), d.state.state_hash());
-        prop_assert_eq!(replayed.phase_counts(), d.state.phase_counts());
-        let mut goodput = Goodput::default();
-        let mut logged_loss = 0;
-        for e in &d.log {
-            goodput.observe(e, true);
-            if let Event::JobPreempted { lost_gpu_ms, .. } | Event::JobRequeued { lost_gpu_ms, .. } = e {
-                logged_loss += lost_gpu_ms;
-            }
-        }
-        for (tenant, acc) in goodput.totals() {
-            prop_assert_eq!(acc.parts_gpu_ms(), acc.allocated_gpu_ms, "{}: {:?}", tenant, acc);
-        }
-        let all = goodput.overall();
-        prop_assert_eq!(all.lost_gpu_ms + all.checkpoint_gpu_ms, logged_loss);
-        if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
-            eprintln!(
-                "jobs {} plans {} preempted {} resumed {} events {}",
-                d.jobs.len(), chk.plans, chk.preempted, chk.resumed, d.log.len()
-            );
+        verify(&c, &tenants, cfg, &ops)?;
+    }
+
+    /// The same with queues held, drained, stopped and released and nodes
+    /// evicted for maintenance: evictions take the checkpoint protocol
+    /// like any preemption, and every rule above still holds.
+    #[test]
+    fn admin_evictions_keep_invariants_and_replay(
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
+        cfg in config_gen(),
+        ops in proptest::collection::vec(op_with_admin_gen(), 1..160),
+    ) {
+        verify(&c, &tenants, cfg, &ops)?;
+    }
+}
+
+/// Runs the operations and checks the replay and the goodput accounting.
+fn verify(
+    c: &ClusterGen,
+    tenants: &[TenantGen],
+    cfg: CycleConfig,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let (d, chk) = run(c, tenants, cfg, ops)?;
+    let replayed = d.replay();
+    prop_assert_eq!(replayed.state_hash(), d.state.state_hash());
+    prop_assert_eq!(replayed.phase_counts(), d.state.phase_counts());
+    let mut goodput = Goodput::default();
+    let mut logged_loss = 0;
+    for e in &d.log {
+        goodput.observe(e, true);
+        if let Event::JobPreempted { lost_gpu_ms, .. } | Event::JobRequeued { lost_gpu_ms, .. } = e
+        {
+            logged_loss += lost_gpu_ms;
         }
     }
+    for (tenant, acc) in goodput.totals() {
+        prop_assert_eq!(
+            acc.parts_gpu_ms(),
+            acc.allocated_gpu_ms,
+            "{}: {:?}",
+            tenant,
+            acc
+        );
+    }
+    let all = goodput.overall();
+    prop_assert_eq!(all.lost_gpu_ms + all.checkpoint_gpu_ms, logged_loss);
+    if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
+        eprintln!(
+            "jobs {} plans {} preempted {} resumed {} events {}",
+            d.jobs.len(),
+            chk.plans,
+            chk.preempted,
+            chk.resumed,
+            d.log.len()
+        );
+    }
+    Ok(())
 }

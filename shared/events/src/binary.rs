@@ -23,7 +23,7 @@
 //! events writes beside them and checks before reading them. Any change
 //! to the layout (a field added to a variant, a variant appended) bumps
 //! it, and the checked-in message of every kind
-//! (`shared/events/fixtures/log-v1.bus`, tested by the bus crate) fails
+//! (`shared/events/fixtures/log-v2.bus`, tested by the bus crate) fails
 //! until it does. A reader of another form must refuse the message and
 //! read those events from the log (docs/extending.md).
 //!
@@ -32,8 +32,8 @@
 //! reorder a variant or field, or change without a new [`FORM`].
 
 use crate::{
-    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RejectReason,
-    RequeueReason, Victim, WorkerExit,
+    Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
+    QueueState, RejectReason, RequeueReason, Victim, WorkerExit,
 };
 use gpusched_model::{
     positional::job_spec, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 /// The number of the binary form's layout. Bumped with every change to
 /// it; readers refuse a form they do not know.
-pub const FORM: u16 = 1;
+pub const FORM: u16 = 2;
 
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "WorkerExit")]
@@ -56,6 +56,7 @@ struct WorkerExitDef {
 #[serde(remote = "RequeueReason")]
 enum RequeueReasonDef {
     NodeLost { node: NodeId },
+    QueueStopped { tenant: String },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -114,6 +115,10 @@ enum RejectReasonDef {
         limit: Gpus,
     },
     DuplicateJob,
+    QueueClosed {
+        tenant: String,
+        state: QueueState,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -129,6 +134,13 @@ enum PreemptionCauseDef {
         flavor: String,
     },
     Reservation,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "EvictionCause")]
+enum EvictionCauseDef {
+    QueueStopped { tenant: String },
+    NodeEvicted { node: NodeId },
 }
 
 /// `Event`, variant by variant and field by field, in declaration order.
@@ -248,6 +260,21 @@ enum EventDef {
         node: NodeId,
         at: Timestamp,
     },
+    QueueStateSet {
+        tenant: String,
+        state: QueueState,
+        at: Timestamp,
+    },
+    NodeEvicted {
+        node: NodeId,
+        at: Timestamp,
+    },
+    EvictionPlanned {
+        #[serde(with = "EvictionCauseDef")]
+        cause: EvictionCause,
+        victims: Vec<Victim>,
+        at: Timestamp,
+    },
 }
 
 /// A job's worker exits, each with every field written.
@@ -338,6 +365,9 @@ mod tests {
             JobPreempted { .. } => 20,
             ReservationMade { .. } => 21,
             NodeRejoined { .. } => 22,
+            QueueStateSet { .. } => 23,
+            NodeEvicted { .. } => 24,
+            EvictionPlanned { .. } => 25,
         }
     }
 
@@ -613,6 +643,44 @@ mod tests {
                 at: t,
             },
             Event::NodeRejoined { node: n, at: t },
+            Event::JobRejected {
+                job: j,
+                reason: RejectReason::QueueClosed {
+                    tenant: "ml".into(),
+                    state: QueueState::Draining,
+                },
+            },
+            Event::QueueStateSet {
+                tenant: "ml".into(),
+                state: QueueState::Stopped,
+                at: t,
+            },
+            Event::NodeEvicted { node: n, at: t },
+            Event::JobRequeued {
+                job: j,
+                reason: RequeueReason::QueueStopped {
+                    tenant: "ml".into(),
+                },
+                lost_gpu_ms: 0,
+                at: t,
+            },
+            Event::EvictionPlanned {
+                cause: EvictionCause::QueueStopped {
+                    tenant: "ml".into(),
+                },
+                victims: vec![Victim {
+                    job: JobId(5),
+                    deadline: t,
+                    expected_lost_gpu_ms: 10,
+                    cost: 20,
+                }],
+                at: t,
+            },
+            Event::EvictionPlanned {
+                cause: EvictionCause::NodeEvicted { node: n },
+                victims: vec![],
+                at: t,
+            },
         ]
     }
 
@@ -685,7 +753,7 @@ mod tests {
             );
         }
         assert!(
-            postcard::from_bytes::<Batch>(&[1, 23]).is_err(),
+            postcard::from_bytes::<Batch>(&[1, 26]).is_err(),
             "unknown variant"
         );
         assert!(postcard::from_bytes::<Batch>(&[0xff, 0xff, 0xff, 0xff, 0x0f]).is_err());

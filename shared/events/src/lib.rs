@@ -62,7 +62,7 @@ impl fmt::Display for WorkerExit {
     }
 }
 
-/// Why a running or bound job went back to its queue.
+/// Why a job holding quota or GPUs went back to its queue.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum RequeueReason {
@@ -70,6 +70,12 @@ pub enum RequeueReason {
     NodeLost {
         /// The lost node.
         node: NodeId,
+    },
+    /// Its tenant's queue was stopped while it was admitted and not yet
+    /// bound: it gives its quota back and waits in the queue.
+    QueueStopped {
+        /// The tenant.
+        tenant: String,
     },
 }
 
@@ -215,6 +221,13 @@ pub enum RejectReason {
     },
     /// The same job id was submitted twice.
     DuplicateJob,
+    /// The tenant's queue is draining or stopped: it takes no new jobs.
+    QueueClosed {
+        /// The tenant.
+        tenant: String,
+        /// Its queue's state.
+        state: QueueState,
+    },
 }
 
 impl fmt::Display for RejectReason {
@@ -243,6 +256,10 @@ impl fmt::Display for RejectReason {
                 "workers: gang of {need} GPUs exceeds the tenant's quota limit of {limit}"
             ),
             RejectReason::DuplicateJob => write!(f, "job id already used"),
+            RejectReason::QueueClosed { tenant, state } => write!(
+                f,
+                "tenant: queue {tenant} is {state} and takes no new jobs until it is released"
+            ),
         }
     }
 }
@@ -269,6 +286,70 @@ pub enum PreemptionCause {
     },
     /// A reservation's nodes are needed now; preemptible backfill leaves.
     Reservation,
+}
+
+/// What a tenant's queue lets through, as its admin last set it.
+///
+/// | state | new submissions | queued jobs admitted | running jobs |
+/// |---|---|---|---|
+/// | `open` | accepted | yes | run |
+/// | `held` | accepted | no | run |
+/// | `draining` | refused | no | run to their end |
+/// | `stopped` | refused | no | evicted with the checkpoint protocol, borrowed ones first |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    /// Jobs are admitted (every queue starts so).
+    #[default]
+    Open,
+    /// Nothing new is admitted; submissions still queue.
+    Held,
+    /// Nothing new is admitted or accepted; running jobs finish.
+    Draining,
+    /// As draining, and running jobs are evicted.
+    Stopped,
+}
+
+impl QueueState {
+    /// Whether queued jobs may be admitted.
+    pub fn admits(self) -> bool {
+        self == QueueState::Open
+    }
+    /// Whether new submissions are accepted into the queue.
+    pub fn accepts(self) -> bool {
+        matches!(self, QueueState::Open | QueueState::Held)
+    }
+    /// Its name, as the API and the log write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueState::Open => "open",
+            QueueState::Held => "held",
+            QueueState::Draining => "draining",
+            QueueState::Stopped => "stopped",
+        }
+    }
+}
+
+impl fmt::Display for QueueState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why running jobs are evicted with no job to make room for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum EvictionCause {
+    /// The tenant's queue was stopped.
+    QueueStopped {
+        /// The tenant.
+        tenant: String,
+    },
+    /// The node is being emptied for maintenance.
+    NodeEvicted {
+        /// The node.
+        node: NodeId,
+    },
 }
 
 /// One victim of a planned preemption.
@@ -536,12 +617,41 @@ pub enum Event {
         /// When.
         at: Timestamp,
     },
+    /// An admin set a tenant's queue's state (hold, release, drain, stop).
+    QueueStateSet {
+        /// The tenant.
+        tenant: String,
+        /// The queue's new state.
+        state: QueueState,
+        /// When.
+        at: Timestamp,
+    },
+    /// For maintenance: the node is cordoned and every job on it is
+    /// evicted with the checkpoint protocol; it stays cordoned once empty.
+    NodeEvicted {
+        /// The node.
+        node: NodeId,
+        /// When.
+        at: Timestamp,
+    },
+    /// Running jobs are evicted with no job waiting on them (a stopped
+    /// queue, a node emptied for maintenance): each gets a checkpoint
+    /// request and stops at its deadline or on a complete checkpoint, then
+    /// goes back to its queue.
+    EvictionPlanned {
+        /// Why.
+        cause: EvictionCause,
+        /// The victims.
+        victims: Vec<Victim>,
+        /// When.
+        at: Timestamp,
+    },
 }
 
 /// Every event kind ([`Event::kind`]), in the order the variants are
 /// declared: `KINDS[i]` is the kind whose binary form has variant index
 /// `i` (`binary`'s tests check both). Only appended to, like `Event`.
-pub const KINDS: [&str; 23] = [
+pub const KINDS: [&str; 26] = [
     "topology_configured",
     "tenant_configured",
     "node_added",
@@ -565,6 +675,9 @@ pub const KINDS: [&str; 23] = [
     "job_preempted",
     "reservation_made",
     "node_rejoined",
+    "queue_state_set",
+    "node_evicted",
+    "eviction_planned",
 ];
 
 impl Event {
@@ -576,7 +689,9 @@ impl Event {
             | TenantConfigured { .. }
             | NodeCordoned { .. }
             | NodeUncordoned { .. }
-            | NodeDrained { .. } => Producer::Admin,
+            | NodeDrained { .. }
+            | QueueStateSet { .. }
+            | NodeEvicted { .. } => Producer::Admin,
             NodeAdded { .. }
             | NodeLost { .. }
             | NodeRejoined { .. }
@@ -592,9 +707,10 @@ impl Event {
                 _ => Producer::Quota,
             },
             JobBound { .. } => Producer::Placement,
-            JobRequeued { .. } | PreemptionPlanned { .. } | JobPreempted { .. } => {
-                Producer::Preemption
-            }
+            JobRequeued { .. }
+            | PreemptionPlanned { .. }
+            | JobPreempted { .. }
+            | EvictionPlanned { .. } => Producer::Preemption,
             JobCheckpointed { .. } => Producer::Agent,
             ReservationMade { .. } => Producer::Placement,
         }
@@ -627,6 +743,9 @@ impl Event {
             JobPreempted { .. } => "job_preempted",
             ReservationMade { .. } => "reservation_made",
             NodeRejoined { .. } => "node_rejoined",
+            QueueStateSet { .. } => "queue_state_set",
+            NodeEvicted { .. } => "node_evicted",
+            EvictionPlanned { .. } => "eviction_planned",
         }
     }
 
@@ -642,7 +761,13 @@ impl Event {
             | NodeUncordoned { node }
             | NodeDrained { node }
             | NodeLost { node, .. }
-            | NodeRejoined { node, .. } => Aggregate::Node(*node),
+            | NodeRejoined { node, .. }
+            | NodeEvicted { node, .. } => Aggregate::Node(*node),
+            QueueStateSet { tenant, .. } => Aggregate::Tenant(tenant.clone()),
+            EvictionPlanned { cause, .. } => match cause {
+                EvictionCause::QueueStopped { tenant } => Aggregate::Tenant(tenant.clone()),
+                EvictionCause::NodeEvicted { node } => Aggregate::Node(*node),
+            },
             JobSubmitted { job, .. }
             | JobAccepted { job }
             | JobRejected { job, .. }

@@ -14,11 +14,11 @@ use gpusched_core::{
     run_cycle_timed, ApplyError, CycleConfig, Goodput, Phase, ReclaimClock, ScanMemo, Stage,
     StageClock, State,
 };
-use gpusched_events::{Event, Outcome, PreemptionCause};
+use gpusched_events::{Event, Outcome, PreemptionCause, RejectReason, RequeueReason};
 use gpusched_model::{JobId, Timestamp};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
 /// How to run a simulation.
@@ -147,6 +147,80 @@ pub struct Measurements {
     pub end: Timestamp,
     /// Where every allocated GPU-hour went (`gpusched_core::goodput`).
     pub goodput: Goodput,
+    /// What the admins' queue and node operations did.
+    pub operations: Operations,
+}
+
+/// What the admins' queue and node operations did, counted from the events.
+#[derive(Clone, Debug, Default)]
+pub struct Operations {
+    /// Queue states set (hold, release, drain, stop).
+    pub queue_changes: u64,
+    /// Nodes evicted for maintenance.
+    pub node_evictions: u64,
+    /// Operations left out: no such tenant or live node, or already so.
+    pub ignored: u64,
+    /// Jobs chosen to be evicted, by cause (`queue_stopped`, `node_evicted`).
+    pub evicted: BTreeMap<&'static str, u64>,
+    /// GPU·ms the evictions were expected to lose, as costed.
+    pub expected_lost_gpu_ms: u64,
+    /// GPU·ms the evicted jobs lost when they stopped.
+    pub lost_gpu_ms: u64,
+    /// Evicted jobs that stopped on a checkpoint completed after they
+    /// were chosen (the rest stopped at their deadline).
+    pub stopped_on_checkpoint: u64,
+    /// Admitted jobs of a stopped queue that gave their quota back.
+    pub unadmitted: u64,
+    /// Submissions refused because their queue was draining or stopped.
+    pub refused: u64,
+    /// Evicted jobs still stopping → whether one completed a checkpoint since.
+    evicting: FxHashMap<JobId, bool>,
+}
+
+impl Operations {
+    fn observe(&mut self, e: &Event) {
+        match e {
+            Event::QueueStateSet { .. } => self.queue_changes += 1,
+            Event::NodeEvicted { .. } => self.node_evictions += 1,
+            Event::EvictionPlanned { cause, victims, .. } => {
+                *self
+                    .evicted
+                    .entry(gpusched_core::eviction_label(cause))
+                    .or_default() += victims.len() as u64;
+                for v in victims {
+                    self.expected_lost_gpu_ms += v.expected_lost_gpu_ms;
+                    self.evicting.insert(v.job, false);
+                }
+            }
+            Event::JobPreempted {
+                job, lost_gpu_ms, ..
+            } => {
+                if let Some(checkpointed) = self.evicting.remove(job) {
+                    self.lost_gpu_ms += lost_gpu_ms;
+                    self.stopped_on_checkpoint += u64::from(checkpointed);
+                }
+            }
+            Event::JobCheckpointed { job, .. } => {
+                if let Some(c) = self.evicting.get_mut(job) {
+                    *c = true;
+                }
+            }
+            Event::JobRequeued {
+                reason: RequeueReason::QueueStopped { .. },
+                ..
+            } => self.unadmitted += 1,
+            Event::JobRejected {
+                reason: RejectReason::QueueClosed { .. },
+                ..
+            } => self.refused += 1,
+            _ => {}
+        }
+    }
+
+    /// Whether any operation happened.
+    pub fn any(&self) -> bool {
+        self.queue_changes + self.node_evictions + self.ignored > 0
+    }
 }
 
 /// A running simulation.
@@ -300,6 +374,7 @@ impl Simulator {
             Event::JobCheckpointed { .. } => m.checkpoints += 1,
             _ => {}
         }
+        m.operations.observe(e);
     }
 
     /// The agent's part after a run starts: its completion and its
@@ -386,35 +461,63 @@ impl Simulator {
         self.agenda.push(Reverse((at, self.tiebreak, a)));
     }
 
+    /// What happens from outside: a submission, a node lost, an admin's
+    /// operation. An operation naming no live node or tenant, or asking
+    /// for the state it is already in, is counted and left out.
+    fn workload_item(&mut self, kind: WorkloadKind) -> Result<(), SimError> {
+        use gpusched_core::NodeStatus;
+        let now = self.now;
+        let status =
+            |s: &State, node: &str| s.node_id(node).map(|n| (n, s.nodes()[n.index()].status));
+        match kind {
+            WorkloadKind::Submit { spec, duration_s } => {
+                let job = JobId(self.next_job);
+                self.next_job += 1;
+                self.durations.insert(job, duration_s.saturating_mul(1000));
+                self.apply(Event::JobSubmitted { job, spec, at: now })
+            }
+            WorkloadKind::NodeLost { node } => match status(&self.state, &node) {
+                Some((n, st)) if st != NodeStatus::Lost => {
+                    self.apply(Event::NodeLost { node: n, at: now })
+                }
+                _ => {
+                    self.measurements.unknown_node_losses += 1;
+                    Ok(())
+                }
+            },
+            WorkloadKind::NodeEvict { node } => match status(&self.state, &node) {
+                Some((n, NodeStatus::Ready | NodeStatus::Cordoned | NodeStatus::Drained)) => {
+                    self.apply(Event::NodeEvicted { node: n, at: now })
+                }
+                _ => {
+                    self.measurements.operations.ignored += 1;
+                    Ok(())
+                }
+            },
+            WorkloadKind::Queue { tenant, state } => {
+                let now_state = self
+                    .state
+                    .tenant_idx(&tenant)
+                    .map(|t| self.state.tenant(t).queue);
+                if now_state.is_none_or(|q| q == state) {
+                    self.measurements.operations.ignored += 1;
+                    return Ok(());
+                }
+                self.apply(Event::QueueStateSet {
+                    tenant,
+                    state,
+                    at: now,
+                })
+            }
+        }
+    }
+
     fn handle(&mut self, a: Action) -> Result<(), SimError> {
         match a {
             Action::Workload(i) => {
                 self.items_done += 1;
                 let kind = self.workload.items[i].kind.clone();
-                match kind {
-                    WorkloadKind::Submit { spec, duration_s } => {
-                        let job = JobId(self.next_job);
-                        self.next_job += 1;
-                        self.durations.insert(job, duration_s.saturating_mul(1000));
-                        self.apply(Event::JobSubmitted {
-                            job,
-                            spec,
-                            at: self.now,
-                        })?;
-                    }
-                    WorkloadKind::NodeLost { node } => {
-                        let live = self.state.node_id(&node).filter(|n| {
-                            self.state.nodes()[n.index()].status != gpusched_core::NodeStatus::Lost
-                        });
-                        match live {
-                            Some(n) => self.apply(Event::NodeLost {
-                                node: n,
-                                at: self.now,
-                            })?,
-                            None => self.measurements.unknown_node_losses += 1,
-                        }
-                    }
-                }
+                self.workload_item(kind)?;
             }
             Action::Wake => {}
             Action::Start(job, admit_order) => {
@@ -525,11 +628,17 @@ impl Simulator {
                         self.used_gpus += assignments.iter().map(|a| a.gpus as u64).sum::<u64>();
                         starts.push(*job);
                     }
+                    // An admitted job sent back from a stopped queue held no GPUs.
+                    Event::JobRequeued {
+                        reason: RequeueReason::QueueStopped { .. },
+                        ..
+                    } => {}
                     Event::JobRequeued { job, .. } | Event::JobPreempted { job, .. } => {
                         let total = self.state.job(*job).map_or(0, |j| j.spec.total_gpus());
                         self.used_gpus -= total as u64;
                     }
-                    Event::PreemptionPlanned { victims, .. } => {
+                    Event::PreemptionPlanned { victims, .. }
+                    | Event::EvictionPlanned { victims, .. } => {
                         self.on_preemption_planned(victims);
                     }
                     _ => {}

@@ -109,6 +109,33 @@ pub struct TenantReport {
     pub goodput: GoodputSummary,
 }
 
+/// What the admins' queue and node operations did (only when the
+/// workload had some).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OperationsReport {
+    /// Queue states set (hold, release, drain, stop).
+    pub queue_changes: u64,
+    /// Nodes evicted for maintenance.
+    pub node_evictions: u64,
+    /// Operations left out (no such tenant or live node, or already so).
+    pub ignored: u64,
+    /// Jobs evicted from stopped queues.
+    pub evicted_from_stopped_queues: u64,
+    /// Jobs evicted from nodes emptied for maintenance.
+    pub evicted_from_nodes: u64,
+    /// Of those that have stopped, how many stopped on a checkpoint
+    /// completed after they were chosen.
+    pub stopped_on_checkpoint: u64,
+    /// GPU-hours the evictions were expected to lose, as costed.
+    pub expected_lost_gpu_hours: f64,
+    /// GPU-hours the evicted jobs lost.
+    pub lost_gpu_hours: f64,
+    /// Admitted jobs of stopped queues that gave their quota back.
+    pub unadmitted: u64,
+    /// Submissions refused because their queue was draining or stopped.
+    pub refused: u64,
+}
+
 /// The whole report.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -177,6 +204,9 @@ pub struct Report {
     pub goodput: GoodputSummary,
     /// Replay of the recorded log gave the same hash (when checked).
     pub replay_hash_matches: Option<bool>,
+    /// Queue and node operations, when the workload had any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operations: Option<OperationsReport>,
 }
 
 impl Report {
@@ -307,6 +337,7 @@ impl Report {
                 .collect(),
             goodput: m.goodput.overall().summary(),
             replay_hash_matches: None,
+            operations: operations(&m.operations),
         }
     }
 
@@ -430,6 +461,22 @@ impl Report {
             &self.wait_s,
             &self.goodput,
         );
+        if let Some(o) = &self.operations {
+            let _ = writeln!(
+                s,
+                "  operations     {} queue changes, {} nodes evicted ({} ignored); evicted {} jobs of stopped queues and {} from nodes, {} of them stopped on a checkpoint; lost {:.1} GPU-h (expected {:.1}); {} admitted jobs gave quota back; {} submissions refused",
+                o.queue_changes,
+                o.node_evictions,
+                o.ignored,
+                o.evicted_from_stopped_queues,
+                o.evicted_from_nodes,
+                o.stopped_on_checkpoint,
+                o.lost_gpu_hours,
+                o.expected_lost_gpu_hours,
+                o.unadmitted,
+                o.refused
+            );
+        }
         let _ = writeln!(s);
         if let Some(ok) = self.replay_hash_matches {
             let _ = writeln!(s, "replay_hash_matches: {ok}");
@@ -437,6 +484,22 @@ impl Report {
         let _ = writeln!(s, "state_hash: {}", self.state_hash);
         s
     }
+}
+
+fn operations(o: &crate::engine::Operations) -> Option<OperationsReport> {
+    let hours = |ms: u64| ms as f64 / 3_600_000.0;
+    o.any().then(|| OperationsReport {
+        queue_changes: o.queue_changes,
+        node_evictions: o.node_evictions,
+        ignored: o.ignored,
+        evicted_from_stopped_queues: o.evicted.get("queue_stopped").copied().unwrap_or(0),
+        evicted_from_nodes: o.evicted.get("node_evicted").copied().unwrap_or(0),
+        stopped_on_checkpoint: o.stopped_on_checkpoint,
+        expected_lost_gpu_hours: hours(o.expected_lost_gpu_ms),
+        lost_gpu_hours: hours(o.lost_gpu_ms),
+        unadmitted: o.unadmitted,
+        refused: o.refused,
+    })
 }
 
 #[cfg(test)]

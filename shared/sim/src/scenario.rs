@@ -2,12 +2,15 @@
 //!
 //! Owns: `reclaim` — a borrower fills an idle cluster with long,
 //! checkpointing training jobs; three hours later the quota owner returns
-//! and must reclaim its share by preemption.
+//! and must reclaim its share by preemption. `maintenance` — the same two
+//! tenants while an admin holds, drains and stops their queues and evicts
+//! nodes for maintenance.
 //!
 //! Must never: decide anything about scheduling.
 
 use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadItem, WorkloadKind};
+use gpusched_events::QueueState;
 use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -135,6 +138,78 @@ pub fn reclaim(seed: u64) -> (Cluster, Workload) {
     (cluster, workload)
 }
 
+/// The maintenance scenario, on the reclaim scenario's cluster.
+///
+/// - t = 0 … 50 min: `batch` submits 100 single-node training jobs as in
+///   the reclaim scenario (12 h, checkpointing every 20/30/45 min; one in
+///   five never).
+/// - `research` submits one 1×8 job of 1 h every 5 minutes from t = 0 to
+///   10 h, each checkpointing every 20 min.
+/// - 1 h: `research`'s queue is held; 1 h 30 min: released (its jobs
+///   submitted meanwhile wait, then start).
+/// - 2 h: four nodes of rack 0, block 0 are evicted for maintenance (their
+///   jobs checkpoint and resume elsewhere); they stay out of service.
+/// - 3 h: `research` is drained (its submissions are refused, its running
+///   jobs finish); 3 h 30 min: released.
+/// - 5 h: `batch` is stopped: its running jobs are evicted, those on
+///   borrowed quota first; 7 h: released, and they resume from their
+///   checkpoints.
+pub fn maintenance(seed: u64) -> (Cluster, Workload) {
+    let (cluster, reclaim) = reclaim(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6d61_696e);
+    let mut items: Vec<WorkloadItem> = reclaim
+        .items
+        .into_iter()
+        .filter(|i| matches!(&i.kind, WorkloadKind::Submit { spec, .. } if spec.tenant == "batch"))
+        .collect();
+    for k in 0..120u64 {
+        items.push(WorkloadItem {
+            at: Timestamp::from_secs(k * 300 + rng.gen_range(0..60)),
+            kind: WorkloadKind::Submit {
+                spec: job(
+                    "research",
+                    1,
+                    "node",
+                    Some(CheckpointPolicy {
+                        interval_s: 1200,
+                        duration_s: 60,
+                    }),
+                ),
+                duration_s: 3600,
+            },
+        });
+    }
+    let queue = |at: u64, tenant: &str, state: QueueState| WorkloadItem {
+        at: Timestamp::from_secs(at),
+        kind: WorkloadKind::Queue {
+            tenant: tenant.into(),
+            state,
+        },
+    };
+    items.push(queue(3600, "research", QueueState::Held));
+    items.push(queue(5400, "research", QueueState::Open));
+    for n in 0..4 {
+        items.push(WorkloadItem {
+            at: Timestamp::from_secs(7200),
+            kind: WorkloadKind::NodeEvict {
+                node: format!("h100-80g-rack-0-block-0-node-{n}"),
+            },
+        });
+    }
+    items.push(queue(3 * 3600, "research", QueueState::Draining));
+    items.push(queue(3 * 3600 + 1800, "research", QueueState::Open));
+    items.push(queue(5 * 3600, "batch", QueueState::Stopped));
+    items.push(queue(7 * 3600, "batch", QueueState::Open));
+    items.sort_by_key(|i| i.at);
+    let workload = Workload {
+        items,
+        description: format!(
+            "maintenance scenario (seed {seed}): batch fills the cluster with 100 × 1×8 GPU, 12 h checkpointing jobs; research submits a 1×8, 1 h job every 5 min for 10 h; research held 1 h–1.5 h, 4 nodes evicted at 2 h, research drained 3 h–3.5 h, batch stopped 5 h–7 h"
+        ),
+    };
+    (cluster, workload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +220,41 @@ mod tests {
         assert_eq!(c.gpus, 512);
         assert_eq!(w.items.len(), 118);
         assert_eq!(reclaim(1).1, w);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn the_maintenance_scenario_runs_every_operation_and_replays() {
+        use crate::{Report, SimOptions, Simulator};
+        let (c, w) = maintenance(1);
+        let opts = SimOptions {
+            cycle: c.cycle,
+            until: None,
+            record_events: true,
+            restore_ms: 0,
+        };
+        let mut sim = Simulator::new(&c, w, opts).unwrap();
+        sim.run(&mut |_| {}).unwrap();
+        let r = Report::build(&sim, String::new());
+        let o = r.operations.expect("operations reported");
+        // Every operation took effect: none named a missing tenant or node.
+        assert_eq!((o.queue_changes, o.node_evictions, o.ignored), (6, 4, 0));
+        // The stopped queue's running jobs and the evicted nodes' jobs were
+        // evicted, most of them after a checkpoint on request.
+        assert!(
+            o.evicted_from_stopped_queues > 0 && o.evicted_from_nodes > 0,
+            "{o:?}"
+        );
+        assert!(
+            o.stopped_on_checkpoint * 2 > o.evicted_from_stopped_queues + o.evicted_from_nodes,
+            "{o:?}"
+        );
+        // research's submissions while it drained were refused.
+        assert!(o.refused > 0, "{o:?}");
+        // Every job the workload submitted ended, refused ones aside.
+        assert_eq!(r.jobs_unfinished, 0);
+        assert_eq!(r.jobs_rejected, o.refused);
+        let replayed = crate::replay(sim.log()).unwrap();
+        assert_eq!(replayed.state_hash(), sim.state().state_hash());
     }
 }

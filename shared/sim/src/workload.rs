@@ -5,6 +5,7 @@
 //!
 //! Must never: decide anything about scheduling.
 
+use gpusched_events::QueueState;
 use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp, LEVEL_ANY, LEVEL_NODE};
 
 /// One thing that happens to the simulated cluster from outside.
@@ -22,6 +23,19 @@ pub enum WorkloadKind {
     },
     /// A node is lost.
     NodeLost {
+        /// Its name.
+        node: String,
+    },
+    /// An admin sets a tenant's queue: hold, release (open), drain, stop.
+    Queue {
+        /// The tenant.
+        tenant: String,
+        /// Its queue's new state.
+        state: QueueState,
+    },
+    /// An admin evicts a node's jobs for maintenance and keeps it out of
+    /// service.
+    NodeEvict {
         /// Its name.
         node: String,
     },
@@ -52,7 +66,9 @@ impl Workload {
     pub fn into_submissions(self) -> impl Iterator<Item = (Timestamp, JobSpec, u64)> {
         self.items.into_iter().filter_map(|i| match i.kind {
             WorkloadKind::Submit { spec, duration_s } => Some((i.at, spec, duration_s)),
-            WorkloadKind::NodeLost { .. } => None,
+            WorkloadKind::NodeLost { .. }
+            | WorkloadKind::Queue { .. }
+            | WorkloadKind::NodeEvict { .. } => None,
         })
     }
 }
@@ -322,10 +338,31 @@ impl NativeRow {
                     kind: WorkloadKind::NodeLost { node },
                 });
             }
+            "node_evict" => {
+                let node = ctx.required("node", &self.node)?.to_string();
+                return Ok(WorkloadItem {
+                    at,
+                    kind: WorkloadKind::NodeEvict { node },
+                });
+            }
+            "queue_hold" | "queue_release" | "queue_drain" | "queue_stop" => {
+                let tenant = ctx.required("tenant", &self.tenant)?.to_string();
+                let state = match event.to_ascii_lowercase().as_str() {
+                    "queue_hold" => QueueState::Held,
+                    "queue_drain" => QueueState::Draining,
+                    "queue_stop" => QueueState::Stopped,
+                    _ => QueueState::Open,
+                };
+                return Ok(WorkloadItem {
+                    at,
+                    kind: WorkloadKind::Queue { tenant, state },
+                });
+            }
             _ => {
-                return Err(
-                    ctx.parse_err("event", format!("expected job or node_lost, got {event:?}"))
-                )
+                return Err(ctx.parse_err(
+                    "event",
+                    format!("expected job, node_lost, node_evict, queue_hold, queue_release, queue_drain or queue_stop, got {event:?}"),
+                ))
             }
         }
         let tenant = ctx.required("tenant", &self.tenant)?.to_string();
@@ -438,8 +475,10 @@ pub fn load_native(path: &Path) -> Result<Workload, WorkloadError> {
 ///   `flavors` (`;`-separated preference list, default empty), `topology`
 ///   (default `node` for one worker, else `any`). A missing column and an empty
 ///   field both mean the default.
-/// - `event`: `job` (default) or `node_lost`; a `node_lost` row needs only
-///   `submit_s` and `node` (the node's name) and ignores the other columns.
+/// - `event`: `job` (default), `node_lost` or `node_evict` (a node emptied
+///   for maintenance), which need only `submit_s` and `node` (the node's
+///   name), or `queue_hold`, `queue_release`, `queue_drain`, `queue_stop`,
+///   which need only `submit_s` and `tenant`; they ignore the other columns.
 ///
 /// Each job is checked with [`JobSpec::check_fields`]. Items are sorted by
 /// time; rows with equal times keep their file order.
@@ -454,10 +493,19 @@ pub fn parse_native<R: Read>(reader: R, source_name: &str) -> Result<Workload, W
         .iter()
         .filter(|i| matches!(i.kind, WorkloadKind::Submit { .. }))
         .count();
-    let losses = items.len() - jobs;
+    let losses = items
+        .iter()
+        .filter(|i| matches!(i.kind, WorkloadKind::NodeLost { .. }))
+        .count();
+    let ops = items.len() - jobs - losses;
+    let ops = if ops > 0 {
+        format!(", {ops} queue and node operations")
+    } else {
+        String::new()
+    };
     Ok(Workload {
         items,
-        description: format!("native CSV {source_name}: {jobs} jobs, {losses} node losses"),
+        description: format!("native CSV {source_name}: {jobs} jobs, {losses} node losses{ops}"),
     })
 }
 
@@ -767,7 +815,7 @@ mod tests {
             .iter()
             .filter_map(|i| match &i.kind {
                 WorkloadKind::Submit { spec, duration_s } => Some((i.at, spec, *duration_s)),
-                WorkloadKind::NodeLost { .. } => None,
+                _ => None,
             })
             .collect()
     }
@@ -945,6 +993,55 @@ mod tests {
         );
         let err = native("event,submit_s,node\nreboot,5,x\n").unwrap_err();
         assert!(err.to_string().contains("line 2: field event"), "{err}");
+    }
+
+    #[test]
+    fn native_operation_rows() {
+        let w = native(
+            "event,submit_s,node,tenant
+             queue_hold,1,,a
+             queue_release,2,,a
+             queue_drain,3,,b
+             queue_stop,4,,b
+             node_evict,5,n7,
+",
+        )
+        .unwrap();
+        let kinds: Vec<WorkloadKind> = w.items.into_iter().map(|i| i.kind).collect();
+        let q = |t: &str, state| WorkloadKind::Queue {
+            tenant: t.into(),
+            state,
+        };
+        assert_eq!(
+            kinds,
+            vec![
+                q("a", QueueState::Held),
+                q("a", QueueState::Open),
+                q("b", QueueState::Draining),
+                q("b", QueueState::Stopped),
+                WorkloadKind::NodeEvict { node: "n7".into() },
+            ]
+        );
+        assert!(w
+            .description
+            .ends_with("0 jobs, 0 node losses, 5 queue and node operations"));
+        let err = native(
+            "event,submit_s,tenant
+queue_hold,5,
+",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "workload.csv line 2: field tenant: required but missing or empty"
+        );
+        let err = native(
+            "event,submit_s,node
+node_evict,5,
+",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("field node"), "{err}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ fn work_needed(w: &Workload) -> u64 {
             WorkloadKind::Submit { spec, duration_s } => {
                 Some(u64::from(spec.total_gpus()) * duration_s * 1000)
             }
-            WorkloadKind::NodeLost { .. } => None,
+            _ => None,
         })
         .sum()
 }

@@ -162,6 +162,28 @@ fn step(g: &mut Gantt, state: &State, ev: &Event, job: JobId, at: Timestamp) {
                 held,
             );
         }
+        Event::EvictionPlanned { cause, victims, .. } if victims.iter().any(|v| v.job == job) => {
+            let lost = victims
+                .iter()
+                .find(|v| v.job == job)
+                .map_or(0, |v| v.expected_lost_gpu_ms);
+            g.marks.push(Mark {
+                at,
+                kind: ev.kind(),
+                text: format!(
+                    "chosen to be evicted: {}; expected loss {}",
+                    super::eviction_text(state, cause),
+                    gpu_hours(lost)
+                ),
+            });
+            let held = g.held();
+            g.open(
+                Lane::Preempting,
+                "stopping for an eviction".into(),
+                at,
+                held,
+            );
+        }
         e if e.job() != Some(job) => {}
         Event::JobSubmitted { .. } => g.open(Lane::Pending, "submitted".into(), at, vec![]),
         Event::JobPending { reason, .. } => {

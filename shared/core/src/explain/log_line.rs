@@ -9,9 +9,9 @@
 //! Must never: read a clock, or change anything.
 
 use super::words::{duration, gpu_hours};
-use super::{cause_text, node_list};
+use super::{cause_text, eviction_text, node_list};
 use crate::state::State;
-use gpusched_events::{Event, Outcome, RequeueReason};
+use gpusched_events::{Event, EvictionCause, Outcome, RequeueReason};
 use gpusched_model::NodeId;
 
 /// The event in one line, with names from `before` (the state just before
@@ -106,6 +106,31 @@ pub fn log_line(before: &State, ev: &Event) -> String {
             node(n),
             gpu_hours(*lost_gpu_ms)
         ),
+        Event::JobRequeued {
+            job,
+            reason: RequeueReason::QueueStopped { tenant },
+            ..
+        } => {
+            format!("job {job} back in queue {tenant}: the queue was stopped before it was placed")
+        }
+        Event::QueueStateSet { tenant, state, .. } => format!("queue {tenant} set {state}"),
+        Event::NodeEvicted { node: n, .. } => {
+            let jobs = before.nodes().get(n.index()).map_or(0, |x| x.jobs.len());
+            format!(
+                "node {} evicted for maintenance ({jobs} jobs on it)",
+                node(n)
+            )
+        }
+        Event::EvictionPlanned { cause, victims, .. } => {
+            let names: Vec<String> = victims.iter().map(|v| v.job.to_string()).collect();
+            let lost: u64 = victims.iter().map(|v| v.expected_lost_gpu_ms).sum();
+            format!(
+                "eviction planned: {}; victims {} (expected loss {})",
+                eviction_text(before, cause),
+                names.join(", "),
+                gpu_hours(lost)
+            )
+        }
         Event::JobCheckpointed {
             job, progress_ms, ..
         } => format!(
@@ -174,10 +199,16 @@ pub fn nodes_touched(before: &State, ev: &Event) -> Vec<NodeId> {
         | Event::NodeUncordoned { node }
         | Event::NodeDrained { node }
         | Event::NodeLost { node, .. }
-        | Event::NodeRejoined { node, .. } => vec![*node],
+        | Event::NodeRejoined { node, .. }
+        | Event::NodeEvicted { node, .. } => vec![*node],
         Event::JobBound { assignments, .. } | Event::ReservationMade { assignments, .. } => {
             assignments.iter().map(|a| a.node).collect()
         }
+        Event::EvictionPlanned { victims, .. } => victims
+            .iter()
+            .filter_map(|v| before.job(v.job))
+            .flat_map(|j| j.assignments.iter().map(|a| a.node))
+            .collect(),
         Event::PreemptionPlanned {
             victims, reserve, ..
         } => victims
@@ -201,6 +232,11 @@ pub fn nodes_touched(before: &State, ev: &Event) -> Vec<NodeId> {
 pub fn tenant_touched<'a>(before: &'a State, ev: &'a Event) -> Option<&'a str> {
     match ev {
         Event::TenantConfigured { spec } => Some(&spec.name),
+        Event::QueueStateSet { tenant, .. }
+        | Event::EvictionPlanned {
+            cause: EvictionCause::QueueStopped { tenant },
+            ..
+        } => Some(tenant),
         Event::JobSubmitted { spec, .. } => Some(&spec.tenant),
         _ => ev
             .job()

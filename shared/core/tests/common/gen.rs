@@ -9,7 +9,7 @@
 //! regression seeds) stay what they were.
 
 use super::{job, tenant, Driver};
-use gpusched_events::Event;
+use gpusched_events::{Event, QueueState};
 use gpusched_model::{CheckpointPolicy, JobSpec};
 use proptest::prelude::*;
 use proptest::strategy::BoxedStrategy;
@@ -250,6 +250,60 @@ pub fn setup(d: &mut Driver, c: &ClusterGen, tenants: &[TenantGen]) {
             }
         }
         d.tenant(tb);
+    }
+}
+
+/// The queue states an admin may set, by index.
+pub const QUEUE_STATES: [QueueState; 4] = [
+    QueueState::Open,
+    QueueState::Held,
+    QueueState::Draining,
+    QueueState::Stopped,
+];
+
+/// An admin's operation, drawn by the suites that mix them in.
+#[derive(Clone, Copy, Debug)]
+pub enum AdminOp {
+    /// Tenant `t{0 % n}`'s queue to `QUEUE_STATES[1 % 4]`.
+    Queue(usize, usize),
+    /// Node `0 % nodes` evicted for maintenance.
+    Evict(usize),
+}
+
+/// Admin operations, queue changes three times as often as evictions.
+pub fn admin_op_gen() -> impl Strategy<Value = AdminOp> {
+    prop_oneof![
+        3 => (any::<usize>(), 0usize..4).prop_map(|(t, s)| AdminOp::Queue(t, s)),
+        1 => any::<usize>().prop_map(AdminOp::Evict),
+    ]
+}
+
+/// Applies an admin operation. A queue set to the state it is in is not
+/// written (the gateway answers 409); an eviction of a node already
+/// evicted or lost must be refused without changing anything.
+pub fn admin(d: &mut Driver, tenants: usize, op: AdminOp) {
+    match op {
+        AdminOp::Queue(t, s) => {
+            let name = format!("t{}", t % tenants.max(1));
+            let state = QUEUE_STATES[s % 4];
+            let now = d.state.tenant_idx(&name).map(|i| d.state.tenant(i).queue);
+            if now.is_some_and(|q| q != state) {
+                let at = d.now;
+                d.apply(Event::QueueStateSet {
+                    tenant: name,
+                    state,
+                    at,
+                });
+            }
+        }
+        AdminOp::Evict(n) => {
+            let nodes = d.state.nodes().len().max(1);
+            let at = d.now;
+            let _ = d.try_apply(Event::NodeEvicted {
+                node: gpusched_model::NodeId((n % nodes) as u32),
+                at,
+            });
+        }
     }
 }
 
