@@ -640,6 +640,7 @@ pub async fn change_queue(
     AxState(gw): AxState<Gateway>,
     path: Result<Path<(String, QueueAction)>, PathRejection>,
 ) -> Result<Json<ChangeReply>, ApiError> {
+    who.require_admin()?;
     let (tenant, action) = path?.0;
     queue_change(who, gw, tenant, action.to()).await
 }

@@ -374,7 +374,9 @@ pub fn decide(
         if r.for_preemption || r.backfill.is_empty() || state.plan(owner).is_some() {
             continue;
         }
-        if state.job(owner).map(|j| j.phase) != Some(Phase::Admitted) {
+        if state.job(owner).map(|j| j.phase) != Some(Phase::Admitted)
+            || state.job(owner).is_some_and(|j| queue_stopped(state, j))
+        {
             continue;
         }
         if let Some(victims) = backfill_to_evict(state, cfg, owner, now, &pass.taken) {
@@ -407,7 +409,9 @@ pub fn decide(
             continue;
         }
         let Some(job) = state.job(id) else { continue };
-        if job.phase == Phase::Queued && !queue_admits(state, job) {
+        // A closed queue's queued jobs wait; a stopped one's admitted jobs
+        // are being sent back (step 2).
+        if (job.phase == Phase::Queued && !queue_admits(state, job)) || queue_stopped(state, job) {
             continue;
         }
         let quota = pass.quota_without(state, job);
@@ -460,6 +464,12 @@ pub fn decide(
     (events, stats)
 }
 
+/// Whether the job's queue is stopped.
+fn queue_stopped(state: &State, job: &Job) -> bool {
+    job.tenant
+        .is_some_and(|t| state.tenant(t).queue == QueueState::Stopped)
+}
+
 /// Whether the job's queue admits jobs now.
 fn queue_admits(state: &State, job: &Job) -> bool {
     job.tenant.is_none_or(|t| state.tenant(t).queue.admits())
@@ -489,6 +499,9 @@ fn evictions(state: &State, cfg: &CycleConfig, now: Timestamp) -> Vec<Event> {
         out
     };
     for node in state.evicted_nodes() {
+        if budget == 0 {
+            return events;
+        }
         let jobs = state.nodes()[node.index()]
             .jobs
             .iter()
@@ -504,6 +517,9 @@ fn evictions(state: &State, cfg: &CycleConfig, now: Timestamp) -> Vec<Event> {
         }
     }
     for t in state.tenants() {
+        if budget == 0 {
+            break;
+        }
         if t.queue != QueueState::Stopped || t.holding.is_empty() {
             continue;
         }

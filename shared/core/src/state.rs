@@ -1761,6 +1761,10 @@ impl State {
                         state: t.map_or(QueueState::Open, |t| t.queue),
                     });
                 }
+                // Back in the queue, it holds no nodes and wants no victims.
+                let key = j.queue_key();
+                self.wants_preemption.remove(&key);
+                self.release_reservation(job);
             }
         }
         self.requeue(job, lost_gpu_ms, at)?;
@@ -1977,14 +1981,26 @@ impl State {
         tn.queue = state;
         tn.version += 1;
         if !state.admits() {
+            let of_t = |j: &JobId| self.jobs.get(j).and_then(|j| j.tenant) == Some(t);
             let held: Vec<JobId> = self
                 .reclaim_holds
                 .keys()
-                .filter(|j| self.jobs.get(j).and_then(|j| j.tenant) == Some(t))
+                .filter(|j| of_t(j))
+                .copied()
+                .collect();
+            // Nodes reserved for its queued jobs (by a preemption) go back
+            // to work: none of them will be admitted while it is closed.
+            let reserved: Vec<JobId> = self
+                .reservations
+                .keys()
+                .filter(|j| of_t(j) && self.jobs.get(j).is_some_and(|j| j.phase == Phase::Queued))
                 .copied()
                 .collect();
             for j in held {
                 self.drop_hold(j);
+            }
+            for j in reserved {
+                self.release_reservation(j);
             }
         }
         Ok(())
@@ -2465,6 +2481,23 @@ impl State {
                 .count();
             if holding != t.holding.len() || indexed != holding {
                 return Err(format!("tenant {} holding index drifted", t.spec.name));
+            }
+        }
+        for (job, r) in &self.reservations {
+            let phase = self.jobs.get(job).map(|j| j.phase);
+            let ok = if r.for_preemption {
+                matches!(phase, Some(Phase::Queued | Phase::Admitted))
+            } else {
+                phase == Some(Phase::Admitted)
+            };
+            if !ok {
+                return Err(format!("job {job} holds a reservation in phase {phase:?}"));
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            let listed = self.evicted_nodes.contains(&NodeId(i as u32));
+            if listed != (n.status == NodeStatus::Evicted) {
+                return Err(format!("node {i}: evicted index drifted"));
             }
         }
         let counted: u64 = Phase::ALL.iter().map(|p| self.counts.get(*p)).sum();

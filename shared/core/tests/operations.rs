@@ -210,6 +210,10 @@ fn a_stopped_queue_sends_admitted_jobs_back_with_their_quota() {
     let waiting = d.submit(job("a", 1, 8, "node"));
     d.run_until_quiet();
     assert_eq!(d.phase(waiting), Phase::Admitted);
+    assert!(
+        d.state.reservations().contains_key(&waiting),
+        "blocked, it holds a reservation"
+    );
     // When the queue is stopped
     set_queue(&mut d, "a", QueueState::Stopped);
     let ev = d.run_until_quiet();
@@ -219,6 +223,10 @@ fn a_stopped_queue_sends_admitted_jobs_back_with_their_quota() {
         Event::JobRequeued { job, reason: RequeueReason::QueueStopped { .. }, lost_gpu_ms: 0, .. } if *job == waiting
     )));
     assert_eq!(d.phase(waiting), Phase::Queued);
+    assert!(
+        d.state.reservations().is_empty(),
+        "its nodes go back to work"
+    );
     assert_eq!(victims_of(&ev), vec![running]);
     let t = d.state.tenant_idx("a").unwrap();
     let f = d.state.flavor(FLAVOR).unwrap();

@@ -213,6 +213,12 @@ impl Operations {
                 reason: RejectReason::QueueClosed { .. },
                 ..
             } => self.refused += 1,
+            // An evicted job that ended otherwise is no longer being evicted.
+            Event::JobFinished { job, .. }
+            | Event::JobCancelled { job, .. }
+            | Event::JobRequeued { job, .. } => {
+                self.evicting.remove(job);
+            }
             _ => {}
         }
     }
