@@ -102,7 +102,7 @@ pub struct Tally {
     /// GPUs unallocated on ready nodes (what new work can get).
     pub free: u64,
     /// Nodes per status, in [`Status::ALL`] order.
-    pub by_status: [u64; 4],
+    pub by_status: [u64; Status::ALL.len()],
 }
 
 impl Tally {
@@ -216,8 +216,8 @@ pub fn summarize<'a>(nodes: impl IntoIterator<Item = &'a Value>, depth: usize) -
     }
 }
 
-const SUMS: [&str; 8] = [
-    "NODES", "GPUS", "USED", "FREE", "READY", "CORDONED", "DRAINED", "LOST",
+const SUMS: [&str; 9] = [
+    "NODES", "GPUS", "USED", "FREE", "READY", "CORDONED", "DRAINED", "EVICTED", "LOST",
 ];
 
 impl Summary {
@@ -309,7 +309,7 @@ mod tests {
                 used: 10,
                 // Cordoned and lost nodes' GPUs are not free.
                 free: 6 + 4,
-                by_status: [3, 1, 0, 1],
+                by_status: [3, 1, 0, 0, 1],
             }
         );
         let names: Vec<&str> = s.by_flavor.iter().map(|(f, _)| f.as_str()).collect();

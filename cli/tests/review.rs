@@ -87,11 +87,12 @@ async fn review_commands_read_the_log_alone() {
             .lines()
             .find(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                w.first() == Some(&tenant.as_str()) && w.get(2) == Some(&flavor.as_str())
+                w.first() == Some(&tenant.as_str()) && w.get(3) == Some(&flavor.as_str())
             })
             .unwrap_or_else(|| panic!("no row for {tenant}/{flavor} in:\n{text}"));
+        // TENANT QUEUE COHORT FLAVOR NOMINAL BORROW_LIMIT USED ...
         assert_eq!(
-            row.split_whitespace().nth(5),
+            row.split_whitespace().nth(6),
             Some(used.to_string().as_str()),
             "{row}"
         );
