@@ -1192,7 +1192,9 @@ impl State {
             } => self.on_reservation_made(*job, assignments, *start, *at, ev.kind()),
             Event::NodeRejoined { node, .. } => self.on_node_rejoined(*node, ev.kind()),
             Event::QueueStateSet { tenant, state, .. } => self.on_queue_state_set(tenant, *state),
-            Event::NodeEvicted { node, .. } => self.on_node_evicted(*node, ev.kind()),
+            Event::NodeEvicted { node, .. } => {
+                self.on_node_cordoned_or_drained(*node, NodeStatus::Evicted, ev.kind())
+            }
             Event::EvictionPlanned { cause, victims, at } => {
                 self.on_eviction_planned(cause, victims, *at, ev.kind())
             }
@@ -1290,8 +1292,9 @@ impl State {
         Ok(())
     }
 
-    /// Checks the node may be cordoned or drained (`to`) from its status;
-    /// sets it, and releases any reservation held on the node.
+    /// Checks the node may be cordoned, drained or evicted (`to`) from its
+    /// status; sets it (an evicted node joins the index the preemption
+    /// stage evicts from), and releases any reservation held on the node.
     fn on_node_cordoned_or_drained(
         &mut self,
         node: NodeId,
@@ -1301,6 +1304,10 @@ impl State {
         let n = self.node_checked(node)?;
         let legal = match to {
             NodeStatus::Cordoned => n.status == NodeStatus::Ready,
+            NodeStatus::Evicted => matches!(
+                n.status,
+                NodeStatus::Ready | NodeStatus::Cordoned | NodeStatus::Drained
+            ),
             _ => matches!(n.status, NodeStatus::Ready | NodeStatus::Cordoned),
         };
         if !legal {
@@ -1311,6 +1318,9 @@ impl State {
             });
         }
         self.nodes[node.index()].status = to;
+        if to == NodeStatus::Evicted {
+            self.evicted_nodes.insert(node);
+        }
         self.refresh_schedulable(node);
         // A reservation cannot start on a node taken out of service.
         if let Some(owner) = self.nodes[node.index()].reserved_for {
@@ -2002,29 +2012,6 @@ impl State {
             for j in reserved {
                 self.release_reservation(j);
             }
-        }
-        Ok(())
-    }
-
-    /// Checks the node is ready, cordoned or drained; marks it evicted
-    /// (no new work), and releases any reservation held on it.
-    fn on_node_evicted(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
-        let n = self.node_checked(node)?;
-        if !matches!(
-            n.status,
-            NodeStatus::Ready | NodeStatus::Cordoned | NodeStatus::Drained
-        ) {
-            return Err(ApplyError::IllegalNodeTransition {
-                node,
-                from: n.status,
-                event: kind,
-            });
-        }
-        self.nodes[node.index()].status = NodeStatus::Evicted;
-        self.evicted_nodes.insert(node);
-        self.refresh_schedulable(node);
-        if let Some(owner) = self.nodes[node.index()].reserved_for {
-            self.release_reservation(owner);
         }
         Ok(())
     }
