@@ -123,7 +123,7 @@ fn tasks_of<'a>(state: &'a State, who: &Principal, id: u64) -> Result<Vec<&'a Jo
         (status = 200, description = "The key was seen before: the array it created", body = ArrayReply),
         (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, description = "A tenant token submitting for another tenant", body = ErrorBody),
-        (status = 409, description = "The key was used for a different request", body = ErrorBody),
+        (status = 409, description = "The key was used for a different request, or the tenant's queue is draining or stopped (`field` is `spec.tenant`)", body = ErrorBody),
         (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
         (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
         (status = 429, description = "Too many submissions in flight; retry after the Retry-After seconds", body = ErrorBody),
@@ -150,11 +150,11 @@ async fn submit_array_traced(
 ) -> Result<Response, ApiError> {
     let Json(req) = body?;
     let indices = parse_array_indices(&req.indices).map_err(|e| ApiError::field("indices", e))?;
-    check_submission(read_view(&gw.view).state(), &who, &req.spec).map_err(|e| e.within("spec"))?;
     let raw_key = headers
         .get("idempotency-key")
         .map(|v| v.to_str().unwrap_or(""));
     let key = scoped_key(raw_key, &req.spec.tenant, "Idempotency-Key")?;
+    check_submission(read_view(&gw.view).state(), &who, &req.spec).map_err(|e| e.within("spec"))?;
     let tasks = indices.len();
     let s = gw
         .submitter

@@ -188,13 +188,13 @@ fn read_item(
         let field = if path == "." { String::new() } else { path };
         in_item(i, ApiError::field(&field, e.into_inner()))
     })?;
-    check_submission(state, who, &item.spec).map_err(|e| in_item(i, e.within("spec")))?;
     let key = scoped_key(
         item.idempotency_key.as_deref(),
         &item.spec.tenant,
         "idempotency_key",
     )
     .map_err(|e| in_item(i, e))?;
+    check_submission(state, who, &item.spec).map_err(|e| in_item(i, e.within("spec")))?;
     Ok((item.spec, key))
 }
 

@@ -227,7 +227,7 @@ pub(crate) fn scoped_key(
         (status = 200, description = "The key was seen before: the job it created", body = SubmitReply),
         (status = 400, description = "A field broke a rule (named in `field`): a rule of the schema, an unknown tenant, flavor or topology level, or a gang that fits nowhere", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, description = "A tenant token submitting for another tenant", body = ErrorBody),
-        (status = 409, description = "The key was used for a different job", body = ErrorBody),
+        (status = 409, description = "The key was used for a different job, or the tenant's queue is draining or stopped (`field` is `tenant`)", body = ErrorBody),
         (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
         (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
         (status = 429, description = "Too many submissions in flight; retry after the Retry-After seconds", body = ErrorBody),
@@ -253,11 +253,13 @@ async fn submit_job_traced(
     body: Result<Json<JobSpec>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(spec) = body?;
-    check_submission(read_view(&gw.view).state(), &who, &spec)?;
+    // The request's own form first (a bad key is a 400 whatever the
+    // cluster's state), then the spec against the cluster.
     let raw_key = headers
         .get("idempotency-key")
         .map(|v| v.to_str().unwrap_or(""));
     let key = scoped_key(raw_key, &spec.tenant, "Idempotency-Key")?;
+    check_submission(read_view(&gw.view).state(), &who, &spec)?;
     let s = gw
         .submitter
         .try_submit(spec, key)

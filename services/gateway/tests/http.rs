@@ -1435,6 +1435,25 @@ async fn queues_are_held_drained_stopped_and_released_and_nodes_evicted_by_the_a
         v["error"]["message"].as_str().unwrap().contains("draining"),
         "{v}"
     );
+    // The request's own form is checked before the queue: a bad key is
+    // still a 400 naming the header, for a job and for an array.
+    for (path, body) in [
+        ("/v1/jobs", job("vision", 1, 8)),
+        (
+            "/v1/arrays",
+            json!({"indices": "0", "spec": job("vision", 1, 8)}),
+        ),
+    ] {
+        let req = Request::post(path)
+            .header("authorization", format!("Bearer {VISION}"))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let (s, v) = api.raw(req).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{path}: {v}");
+        assert_eq!(field(&v), "Idempotency-Key", "{path}: {v}");
+    }
     // Stop, then release: submissions are taken again.
     let (s, v) = post("/v1/queues/vision/stop", ADMIN).await;
     assert_eq!((s, v["now"].as_str()), (StatusCode::OK, Some("stopped")));
