@@ -183,7 +183,7 @@ impl Modify for BearerAuth {
             `{\"error\": {\"code\", \"message\", \"field\"?}}`."
     ),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail, cluster::QueueAction))
+    components(schemas(ErrorBody, ErrorDetail, cluster::QueueAction, jobs::Order, logs::LogStream))
 )]
 struct ApiDoc;
 
