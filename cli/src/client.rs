@@ -277,7 +277,8 @@ pub struct SubmitArgs {
     key: Option<String>,
     /// Submit a job array: one job per index (`0-999`, `1,3,5-9`,
     /// `0-98:2`; at most 1000), each with GPUSCHED_ARRAY_INDEX in its
-    /// environment. Cancel it as one with `gpusched cancel --array ID`.
+    /// environment; `%N` after the indices (`0-999%50`) runs at most N at
+    /// once. Cancel it as one with `gpusched cancel --array ID`.
     #[arg(long, value_name = "INDICES")]
     array: Option<String>,
     #[command(flatten)]
@@ -321,7 +322,7 @@ pub async fn submit(a: SubmitArgs) -> Result<()> {
 
 /// `gpusched submit --array INDICES`.
 async fn submit_array(a: &SubmitArgs, spec: Value, indices: &str) -> Result<()> {
-    gpusched_model::parse_array_indices(indices)
+    gpusched_model::parse_array_set(indices)
         .map_err(|e| fail(exit::USAGE, format!("--array: {e}")))?;
     let body = json!({ "spec": spec, "indices": indices });
     if let Some((what, v)) = post_submission(a, "/v1/arrays", &body).await? {

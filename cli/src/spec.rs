@@ -38,6 +38,9 @@ pub const FIELD_FLAGS: &[(&str, &str)] = &[
     ("env", "--env"),
     ("working_dir", "--workdir"),
     ("checkpoint_signal", "--checkpoint-signal"),
+    ("after_ok", "--after-ok"),
+    ("after", "--after"),
+    ("indices", "--array"),
     ("Idempotency-Key", "--key"),
     ("state", "--state"),
     ("limit", "--limit"),
@@ -113,6 +116,15 @@ pub struct SpecFlags {
     /// (SIGUSR2, USR2) or a number.
     #[arg(long, value_name = "SIG", value_parser = parse_signal)]
     pub checkpoint_signal: Option<String>,
+    /// Run only once these jobs (of the same tenant, submitted earlier)
+    /// have all succeeded; if one ends otherwise, this job is cancelled.
+    /// Comma-separated ids, repeatable.
+    #[arg(long = "after-ok", value_name = "IDS", value_delimiter = ',')]
+    pub after_ok: Vec<u64>,
+    /// Run only once these jobs (of the same tenant, submitted earlier)
+    /// have all ended, however. Comma-separated ids, repeatable.
+    #[arg(long = "after", value_name = "IDS", value_delimiter = ',')]
+    pub after: Vec<u64>,
     /// What each worker runs: everything after `--` (`-- python train.py
     /// --lr 3e-4`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -174,6 +186,8 @@ impl SpecFlags {
             "command" => !self.command.is_empty(),
             "working_dir" => self.workdir.is_some(),
             "checkpoint_signal" => self.checkpoint_signal.is_some(),
+            "after_ok" => !self.after_ok.is_empty(),
+            "after" => !self.after.is_empty(),
             // `--env` names are checked as they are parsed: a bad name the
             // model refuses can only have come from the file.
             _ => false,
@@ -233,6 +247,12 @@ impl SpecFlags {
         if let Some(sig) = &self.checkpoint_signal {
             o.insert("checkpoint_signal".into(), json!(sig));
         }
+        if !self.after_ok.is_empty() {
+            o.insert("after_ok".into(), json!(self.after_ok));
+        }
+        if !self.after.is_empty() {
+            o.insert("after".into(), json!(self.after));
+        }
     }
 }
 
@@ -279,6 +299,10 @@ struct FileSpec {
     working_dir: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     checkpoint_signal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_ok: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after: Option<Vec<u64>>,
 }
 
 /// Fields one level down (in `checkpoint`).
@@ -303,6 +327,8 @@ fn known_field(key: &str) -> Option<String> {
         "env",
         "working_dir",
         "checkpoint_signal",
+        "after_ok",
+        "after",
         "checkpoint.interval_s",
         "checkpoint.duration_s",
     ];
@@ -730,6 +756,8 @@ mod tests {
             checkpoint_signal: Some("SIGUSR2".into()),
             // Set by the gateway on an array's tasks, never in a file.
             array: None,
+            after_ok: vec![gpusched_model::JobId(1)],
+            after: vec![gpusched_model::JobId(2)],
         };
         let keys = |v: Value| -> BTreeSet<String> {
             match v {

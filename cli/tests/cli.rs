@@ -920,3 +920,78 @@ fn an_admin_holds_and_releases_a_queue_and_evicts_a_node() {
         format!("node {node}: ready")
     );
 }
+
+#[test]
+fn a_job_waits_on_its_dependencies_and_an_array_runs_within_its_limit() {
+    let dev = Dev::start();
+    let long = [
+        "-t",
+        "vision",
+        "-N",
+        "1",
+        "-G",
+        "8",
+        "--max-runtime",
+        "360000",
+    ];
+    let submit =
+        |extra: &[&str]| submitted_id(&dev.ok(VISION, &[&["submit"][..], &long, extra].concat()));
+    // One job runs; one waits for it to succeed, one for it to end.
+    let first = submit(&[]);
+    dev.wait_state(first, "running");
+    let ok_after = submit(&["--after-ok", &first.to_string()]);
+    let any_after = submit(&["--after", &first.to_string()]);
+    dev.wait_state(ok_after, "queued");
+    let why = dev.ok(VISION, &["explain", &ok_after.to_string()]);
+    assert!(
+        why.contains(&format!("waits for job {first} to succeed (after_ok)")),
+        "{why}"
+    );
+    // Cancelled, the first never succeeds: the one after_ok it is cancelled
+    // and says why; the one after it runs.
+    dev.ok(VISION, &["cancel", &first.to_string()]);
+    dev.wait_state(ok_after, "cancelled");
+    dev.wait_state(any_after, "running");
+    let why = dev.ok(VISION, &["explain", &ok_after.to_string()]);
+    assert!(
+        why.contains(&format!(
+            "job {first}, which it runs after (after_ok), ended"
+        )),
+        "{why}"
+    );
+    // Bad dependencies and limits are refused naming the flag.
+    for (args, flag) in [
+        (vec!["--after-ok", "5,5"], "--after-ok"),
+        (vec!["--array", "0-3%0"], "--array"),
+    ] {
+        let o = dev.run(VISION, &[&["submit"][..], &long, &args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+    let o = dev.run(
+        VISION,
+        &[&["submit"][..], &long, &["--after", "999999"]].concat(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("after") && err.contains("not a job of tenant vision"),
+        "{err}"
+    );
+    // An array limited to one at once: one task runs, the rest say why.
+    let out = dev.ok(
+        VISION,
+        &[&["submit"][..], &long, &["--array", "0-2%1"]].concat(),
+    );
+    let array = submitted_id(&out);
+    dev.wait_state(array, "running");
+    let second_task = array + 1;
+    dev.wait_state(second_task, "queued");
+    let why = dev.ok(VISION, &["explain", &second_task.to_string()]);
+    assert!(
+        why.contains(&format!(
+            "array {array} is at its limit of tasks queued or running at once (%1)"
+        )),
+        "{why}"
+    );
+}

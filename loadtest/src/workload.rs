@@ -224,6 +224,8 @@ pub fn reclaim(
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     };
     let fill = (0..nodes)
         .map(|_| job(RECLAIM_BORROWER, runtime_s))

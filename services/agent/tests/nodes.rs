@@ -64,7 +64,14 @@ async fn each_task_of_an_array_runs_with_its_index_in_its_environment() {
     let knobs = [("TRAINER_STEPS", "1"), ("TRAINER_STEP_S", "0.05")];
     let first =
         c.gw.submitter
-            .try_submit_array(job("a", 1, &knobs), vec![4, 0, 9], None)
+            .try_submit_array(
+                job("a", 1, &knobs),
+                gpusched_model::ArraySet {
+                    indices: vec![4, 0, 9],
+                    max_running: None,
+                },
+                None,
+            )
             .await
             .expect("submitted")
             .job;

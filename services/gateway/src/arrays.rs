@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gpusched_core::{Job, State};
 use gpusched_events::Event;
-use gpusched_model::{parse_array_indices, JobId, JobSpec};
+use gpusched_model::{parse_array_set, JobId, JobSpec};
 use gpusched_runtime::{read_view, wall_clock};
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
@@ -35,8 +35,10 @@ pub struct ArrayRequest {
     /// environment.
     spec: JobSpec,
     /// The tasks' indices: comma-separated `N`, `A-B` (both ends included)
-    /// or `A-B:STEP`, 0 to 999999, at most 1000 of them, none twice.
-    #[schema(min_length = 1, example = "0-999")]
+    /// or `A-B:STEP`, 0 to 999999, at most 1000 of them, none twice; then,
+    /// optionally, `%N`: at most N tasks queued for quota or holding it
+    /// at once (the rest wait their turn).
+    #[schema(min_length = 1, example = "0-999%50")]
     indices: String,
 }
 
@@ -71,6 +73,14 @@ pub struct ArrayView {
     tenant: String,
     /// Tasks per state (only states that some task is in).
     states: BTreeMap<String, usize>,
+    /// At most this many tasks queued for quota or holding it at once
+    /// (`%N`), if it has a limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_running: Option<u32>,
+    /// Tasks holding one of its `max_running` slots now (queued for quota
+    /// or holding it), if it has a limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slots_taken: Option<u32>,
     /// Its tasks, by index.
     tasks: Vec<ArrayTaskView>,
 }
@@ -149,16 +159,16 @@ async fn submit_array_traced(
     body: Result<Json<ArrayRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(req) = body?;
-    let indices = parse_array_indices(&req.indices).map_err(|e| ApiError::field("indices", e))?;
+    let set = parse_array_set(&req.indices).map_err(|e| ApiError::field("indices", e))?;
     let raw_key = headers
         .get("idempotency-key")
         .map(|v| v.to_str().unwrap_or(""));
     let key = scoped_key(raw_key, &req.spec.tenant, "Idempotency-Key")?;
     check_submission(read_view(&gw.view).state(), &who, &req.spec).map_err(|e| e.within("spec"))?;
-    let tasks = indices.len();
+    let tasks = set.indices.len();
     let s = gw
         .submitter
-        .try_submit_array(req.spec, indices, key)
+        .try_submit_array(req.spec, set, key)
         .await
         .map_err(ApiError::unavailable)?;
     let span = tracing::Span::current();
@@ -198,10 +208,13 @@ pub async fn get_array(
     for j in &tasks {
         *states.entry(phase_name(j.phase).to_string()).or_default() += 1;
     }
+    let max_running = tasks[0].spec.array.and_then(|a| a.max_running);
     Ok(Json(ArrayView {
         id,
         tenant: tasks[0].spec.tenant.clone(),
         states,
+        max_running,
+        slots_taken: max_running.map(|_| tasks.iter().filter(|j| j.array_slot).count() as u32),
         tasks: tasks
             .iter()
             .map(|j| ArrayTaskView {

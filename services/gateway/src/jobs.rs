@@ -22,18 +22,7 @@ use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// The lowercase name of a phase, as the API shows and filters it.
 pub fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Submitted => "submitted",
-        Phase::Queued => "queued",
-        Phase::Admitted => "admitted",
-        Phase::Bound => "bound",
-        Phase::Running => "running",
-        Phase::Succeeded => "succeeded",
-        Phase::Failed => "failed",
-        Phase::Cancelled => "cancelled",
-        Phase::Rejected => "rejected",
-        Phase::Preempting => "preempting",
-    }
+    p.name()
 }
 
 fn parse_phase(s: &str) -> Option<Phase> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use gpusched_bus::{BatchV1, JobTraces};
 use gpusched_events::Event;
-use gpusched_model::{ArrayTask, JobId, JobSpec, Timestamp};
+use gpusched_model::{ArraySet, ArrayTask, JobId, JobSpec, Timestamp};
 use gpusched_runtime::{
     add_remote_link, current_traceparent, is_fenced, set_remote_parent, wall_clock, Bus, Leader,
     LeaseSpec, Log, LoggedEvent,
@@ -89,7 +89,7 @@ enum Work {
     Submit(JobSpec),
     /// A job array: one job per index, ids drawn from the log; the first
     /// task's id names the array.
-    SubmitArray(JobSpec, Vec<u32>),
+    SubmitArray(JobSpec, ArraySet),
     /// Events written as given (cancellations, admin changes).
     Write(Vec<Event>),
 }
@@ -99,7 +99,7 @@ impl Work {
     fn ids_needed(&self) -> usize {
         match self {
             Work::Submit(_) => 1,
-            Work::SubmitArray(_, indices) => indices.len(),
+            Work::SubmitArray(_, set) => set.indices.len(),
             Work::Write(_) => 0,
         }
     }
@@ -120,15 +120,19 @@ impl Work {
                 spec: spec.clone(),
                 at: now,
             }],
-            Work::SubmitArray(spec, indices) => {
-                let jobs: Vec<u64> = ids.take(indices.len()).collect();
+            Work::SubmitArray(spec, set) => {
+                let jobs: Vec<u64> = ids.take(set.indices.len()).collect();
                 let array = jobs.first().copied().unwrap_or(0);
                 jobs.into_iter()
-                    .zip(indices)
+                    .zip(&set.indices)
                     .map(|(job, &index)| Event::JobSubmitted {
                         job: JobId(job),
                         spec: JobSpec {
-                            array: Some(ArrayTask { array, index }),
+                            array: Some(ArrayTask {
+                                array,
+                                index,
+                                max_running: set.max_running,
+                            }),
                             ..spec.clone()
                         },
                         at: now,
@@ -143,10 +147,10 @@ impl Work {
     /// first event's, and for an array its last task's and the one after.
     fn keys_to_check(&self, key: &str) -> Vec<String> {
         match self {
-            Work::SubmitArray(_, indices) if indices.len() > 1 => vec![
+            Work::SubmitArray(_, set) if set.indices.len() > 1 => vec![
                 key.to_string(),
-                format!("{key}#{}", indices.len() - 1),
-                format!("{key}#{}", indices.len()),
+                format!("{key}#{}", set.indices.len() - 1),
+                format!("{key}#{}", set.indices.len()),
             ],
             _ => vec![key.to_string()],
         }
@@ -155,7 +159,8 @@ impl Work {
     /// Whether what the log holds under `key` (looked up by
     /// [`Work::keys_to_check`]) is what this request would have written
     /// first (a repeat, not a reused key). An array repeats when its spec,
-    /// its task count and its first and last indices are the same.
+    /// its limit, its task count and its first and last indices are the
+    /// same.
     fn repeats(&self, key: &str, earlier: &HashMap<String, LoggedEvent>) -> bool {
         let Some(first) = earlier.get(key).map(|le| &le.event) else {
             return false;
@@ -166,8 +171,8 @@ impl Work {
         };
         match (self, first) {
             (Work::Submit(spec), Event::JobSubmitted { spec: was, .. }) => spec == was,
-            (Work::SubmitArray(spec, indices), Event::JobSubmitted { spec: was, .. }) => {
-                let n = indices.len();
+            (Work::SubmitArray(spec, set), Event::JobSubmitted { spec: was, .. }) => {
+                let (indices, n) = (&set.indices, set.indices.len());
                 let last_key = if n > 1 {
                     format!("{key}#{}", n - 1)
                 } else {
@@ -178,6 +183,7 @@ impl Work {
                         array: None,
                         ..was.clone()
                     })
+                    && was.array.map(|a| a.max_running) == Some(set.max_running)
                     && index_of(key) == indices.first().copied()
                     && index_of(&last_key) == indices.last().copied()
                     && !earlier.contains_key(&format!("{key}#{n}"))
@@ -227,11 +233,10 @@ impl Submitter {
     pub async fn try_submit_array(
         &self,
         spec: JobSpec,
-        indices: Vec<u32>,
+        set: ArraySet,
         key: Option<String>,
     ) -> Result<Submitted, SubmitError> {
-        self.send(Work::SubmitArray(spec, indices), key, false)
-            .await
+        self.send(Work::SubmitArray(spec, set), key, false).await
     }
 
     /// Like [`Submitter::submit`], but answers [`SubmitError::Busy`] at

@@ -1491,3 +1491,85 @@ async fn queues_are_held_drained_stopped_and_released_and_nodes_evicted_by_the_a
     let (s, v) = post("/v1/nodes/n2/uncordon", ADMIN).await;
     assert_eq!((s, v["now"].as_str()), (StatusCode::OK, Some("ready")));
 }
+
+#[tokio::test]
+async fn dependencies_and_an_array_limit_are_taken_and_bad_ones_refused_naming_the_field() {
+    let api = api().await;
+    // An array limited to two at once: the limit is kept on every task and
+    // shown on the array; the same key with another limit is refused.
+    let body = json!({"spec": job("vision", 1, 1), "indices": "0-4%2"});
+    let (s, a) = post_array(&api, VISION, body, "lim-1").await;
+    assert_eq!(s, StatusCode::CREATED, "{a}");
+    let id = a["id"].as_u64().unwrap();
+    let other = json!({"spec": job("vision", 1, 1), "indices": "0-4%3"});
+    assert_eq!(
+        post_array(&api, VISION, other, "lim-1").await.0,
+        StatusCode::CONFLICT
+    );
+    api.sync(a["seq"].as_u64().unwrap()).await;
+    let (_, arr) = api
+        .call("GET", &format!("/v1/arrays/{id}"), Some(VISION), None)
+        .await;
+    assert_eq!(arr["max_running"], 2, "{arr}");
+    let (_, j) = api
+        .call("GET", &format!("/v1/jobs/{id}"), Some(VISION), None)
+        .await;
+    assert_eq!(
+        j["spec"]["array"],
+        json!({"array": id, "index": 0, "max_running": 2}),
+        "{j}"
+    );
+    let bad = json!({"spec": job("vision", 1, 1), "indices": "0-4%0"});
+    let (s, v) = post_array(&api, VISION, bad, "lim-2").await;
+    assert_eq!((s, field(&v)), (StatusCode::BAD_REQUEST, "indices"), "{v}");
+
+    // A job after_ok an earlier one of its tenant is taken and shows it.
+    let (s, dep) = api
+        .submit(VISION, json!({"tenant": "vision", "workers": 1, "gpus_per_worker": 1, "after_ok": [id], "after": [id + 1]}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{dep}");
+    let dep_id = dep["id"].as_u64().unwrap();
+    api.sync(dep["seq"].as_u64().unwrap()).await;
+    let (_, j) = api
+        .call("GET", &format!("/v1/jobs/{dep_id}"), Some(VISION), None)
+        .await;
+    assert_eq!(
+        (&j["spec"]["after_ok"], &j["spec"]["after"]),
+        (&json!([id]), &json!([id + 1])),
+        "{j}"
+    );
+    // Unknown, another tenant's, or named twice: 400 naming the field.
+    let cases = [
+        (
+            json!({"tenant": "vision", "workers": 1, "gpus_per_worker": 1, "after_ok": [999]}),
+            VISION,
+            "after_ok",
+            "not a job of tenant vision",
+        ),
+        (
+            json!({"tenant": "speech", "workers": 1, "gpus_per_worker": 1, "after": [id]}),
+            SPEECH,
+            "after",
+            "not a job of tenant speech",
+        ),
+        (
+            json!({"tenant": "vision", "workers": 1, "gpus_per_worker": 1, "after_ok": [id], "after": [id]}),
+            VISION,
+            "after",
+            "named twice",
+        ),
+        (
+            json!({"tenant": "vision", "workers": 1, "gpus_per_worker": 1, "after_ok": [-1]}),
+            VISION,
+            "after_ok",
+            "",
+        ),
+    ];
+    for (body, token, want_field, want_rule) in cases {
+        let (s, v) = api.submit(token, body.clone()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body} -> {v}");
+        assert!(field(&v).starts_with(want_field), "{body} -> {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(want_rule), "{body} -> {msg}");
+    }
+}

@@ -40,6 +40,8 @@ fn spec(tenant: &str, workers: u32, gpw: u32, topology: &str) -> JobSpec {
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 

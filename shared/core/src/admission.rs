@@ -1,19 +1,68 @@
 //! Admission: validates submissions against policy and cluster shape.
 //!
 //! Owns: the rules that accept or reject a submitted job, each naming the
-//! field at fault. A gang that could never fit (no domain of its level is
+//! field at fault (a dependency must be an earlier job of the same tenant,
+//! and one named in `after_ok` must not have failed already), and the
+//! cancellation of a queued job whose `after_ok` dependency failed. A gang that could never fit (no domain of its level is
 //! large enough even when idle, or more GPUs than its tenant may ever use)
 //! is rejected at once rather than left to wait forever.
 //!
 //! Must never: charge quota or allocate GPUs.
 
 use crate::capacity::FlavorIdx;
-use crate::state::State;
+use crate::state::{Phase, State};
 use gpusched_events::{Event, RejectReason};
-use gpusched_model::{Gpus, JobSpec, Timestamp};
+use gpusched_model::{DependencyKind, Gpus, JobId, JobSpec, Timestamp};
 
-/// Checks a job specification against the current state.
+/// Checks a job specification against the current state, as the gateway
+/// does before it writes a submission (the job has no id yet).
 pub fn validate(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
+    validate_job(state, None, spec)
+}
+
+/// Checks a submitted job: its spec, and that each dependency was
+/// submitted before it (`job`: its id, once it has one), so no cycle can
+/// form.
+pub fn validate_job(state: &State, job: Option<JobId>, spec: &JobSpec) -> Result<(), RejectReason> {
+    check_spec(state, spec)?;
+    check_dependencies(state, job, spec)
+}
+
+/// Each dependency is a job of the same tenant submitted earlier, and none
+/// named in `after_ok` has already ended without succeeding.
+fn check_dependencies(
+    state: &State,
+    job: Option<JobId>,
+    spec: &JobSpec,
+) -> Result<(), RejectReason> {
+    let order = job.and_then(|j| state.job(j)).map(|j| j.order);
+    for (dep, kind) in spec.dependencies() {
+        let bad = |rule: String| RejectReason::InvalidField {
+            field: kind.field().into(),
+            rule,
+        };
+        let d = state
+            .job(dep)
+            .filter(|d| d.spec.tenant == spec.tenant)
+            .ok_or_else(|| bad(format!("job {dep} is not a job of tenant {}", spec.tenant)))?;
+        if order.is_some_and(|o| d.order >= o) {
+            return Err(bad(format!(
+                "job {dep} was submitted after this job; a job may only wait on earlier ones"
+            )));
+        }
+        let ended_badly = d.phase.is_terminal() && d.phase != Phase::Succeeded;
+        if kind == DependencyKind::AfterOk && ended_badly {
+            return Err(bad(format!(
+                "job {dep} already ended {} and can never succeed",
+                d.phase.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The spec's own rules and its fit to the cluster.
+fn check_spec(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
     spec.check_fields()
         .map_err(|e| RejectReason::InvalidField {
             field: e.field,
@@ -110,17 +159,27 @@ pub fn quota_limit(state: &State, t: crate::state::TenantIdx, f: FlavorIdx) -> G
     }
 }
 
-/// Validates up to `max` submitted jobs, oldest first.
-pub fn decide(state: &State, max: usize, _now: Timestamp) -> Vec<Event> {
-    state
+/// Validates submitted jobs, oldest first, then cancels queued jobs whose
+/// `after_ok` dependency ended without succeeding: `max` decisions in all.
+pub fn decide(state: &State, max: usize, now: Timestamp) -> Vec<Event> {
+    let mut out: Vec<Event> = state
         .awaiting_validation()
         .take(max)
         .filter_map(|id| {
             let job = state.job(id)?;
-            Some(match validate(state, &job.spec) {
+            Some(match validate_job(state, Some(id), &job.spec) {
                 Ok(()) => Event::JobAccepted { job: id },
                 Err(reason) => Event::JobRejected { job: id, reason },
             })
         })
-        .collect()
+        .collect();
+    let left = max.saturating_sub(out.len());
+    out.extend(state.dependency_failed().take(left).filter_map(|id| {
+        Some(Event::JobDependencyFailed {
+            job: id,
+            dependency: state.job(id)?.failed_dependency?,
+            at: now,
+        })
+    }));
+    out
 }

@@ -111,7 +111,8 @@ pub fn event_at(e: &Event) -> Option<Timestamp> {
         | Event::ReservationMade { at, .. }
         | Event::QueueStateSet { at, .. }
         | Event::NodeEvicted { at, .. }
-        | Event::EvictionPlanned { at, .. } => Some(*at),
+        | Event::EvictionPlanned { at, .. }
+        | Event::JobDependencyFailed { at, .. } => Some(*at),
         Event::TopologyConfigured { .. }
         | Event::TenantConfigured { .. }
         | Event::NodeCordoned { .. }
@@ -128,6 +129,9 @@ pub fn pending_reason(state: &State, id: JobId) -> Option<PendingReason> {
     let job = state.job(id)?;
     match job.phase {
         Phase::Queued => {
+            if let Some(gate) = gate_reason(job) {
+                return Some(gate);
+            }
             let t = job.tenant?;
             let tenant = state.tenant(t);
             if tenant.spec.queueing == QueueingMode::StrictFifo {
@@ -165,6 +169,28 @@ pub fn pending_reason(state: &State, id: JobId) -> Option<PendingReason> {
                 largest_free: cap.largest_free(&none, f, job.level),
             })
         }
+        _ => None,
+    }
+}
+
+/// What keeps a queued job out of its tenant's queue, if anything: a
+/// dependency (waiting or failed) or its array's limit.
+fn gate_reason(job: &crate::state::Job) -> Option<PendingReason> {
+    if let Some(dependency) = job.failed_dependency {
+        return Some(PendingReason::DependencyFailed { dependency });
+    }
+    if !job.waiting_on.is_empty() {
+        let (after_ok, after) = job
+            .waiting_on
+            .iter()
+            .partition(|d| job.spec.after_ok.contains(d));
+        return Some(PendingReason::WaitingForJobs { after_ok, after });
+    }
+    match job.spec.array {
+        Some(a) if !job.array_slot => a.max_running.map(|limit| PendingReason::ArrayLimit {
+            array: a.array,
+            limit,
+        }),
         _ => None,
     }
 }
@@ -499,6 +525,17 @@ pub fn history_at<'a>(
                 reason,
             } if *job == id => finished_line(&secs(*at), *outcome, exits, reason.as_deref()),
             Event::JobCancelled { job, at } if *job == id => format!("{} cancelled", secs(*at)),
+            Event::JobDependencyFailed {
+                job,
+                dependency,
+                at,
+            } if *job == id => format!(
+                "{} cancelled: job {dependency}, which it runs after (after_ok), ended {}",
+                secs(*at),
+                state
+                    .job(*dependency)
+                    .map_or("without succeeding", |d| d.phase.name())
+            ),
             Event::JobCancelRequested { job, at } if *job == id => format!(
                 "{} cancel requested: its agent stops it{}",
                 secs(*at),

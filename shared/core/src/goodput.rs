@@ -91,6 +91,11 @@ impl WaitReason {
             PendingReason::CohortExhausted { .. } => WaitReason::CohortExhausted,
             PendingReason::NoDomainFits { .. } => WaitReason::NoDomainFits,
             PendingReason::BehindHead { .. } => WaitReason::BehindHead,
+            // Stages never write these (they are read from the state):
+            // the job waits in its queue as far as capacity goes.
+            PendingReason::WaitingForJobs { .. }
+            | PendingReason::ArrayLimit { .. }
+            | PendingReason::DependencyFailed { .. } => WaitReason::Queued,
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::State;
 
 /// The encoding's version. Bump it when `State` or anything inside it
 /// changes shape, and update the pinned digest in this module's tests.
-pub const FORMAT: u16 = 3;
+pub const FORMAT: u16 = 4;
 
 const MAGIC: &[u8; 4] = b"GPSS";
 const HASH_LEN: usize = 32;
@@ -235,7 +235,7 @@ mod tests {
                 at: Timestamp(1_000),
             });
         }
-        for j in 1..=5u64 {
+        for j in 1..=6u64 {
             events.push(Event::JobSubmitted {
                 job: JobId(j),
                 spec: JobSpec {
@@ -252,10 +252,16 @@ mod tests {
                     env: [("SEED".to_string(), j.to_string())].into(),
                     working_dir: None,
                     checkpoint_signal: Some("SIGUSR2".into()),
-                    array: (j % 2 == 0).then_some(ArrayTask {
+                    // Tasks 2 and 4 of an array limited to one at once; 5
+                    // waits for 1 to succeed, 3 for it to end; 6 waits
+                    // for room.
+                    array: (j == 2 || j == 4).then_some(ArrayTask {
                         array: 10,
                         index: j as u32,
+                        max_running: Some(1),
                     }),
+                    after_ok: if j == 5 { vec![JobId(1)] } else { vec![] },
+                    after: if j == 3 { vec![JobId(1)] } else { vec![] },
                 },
                 at: Timestamp(2_000 + j),
             });
@@ -281,6 +287,14 @@ mod tests {
         assert_eq!(encode(&back.state, 42), bytes);
         assert!(back.state.check_invariants().is_ok());
         assert!(s.jobs().any(|j| j.last_reason.is_some()), "reasons covered");
+        assert!(
+            s.jobs().any(|j| !j.waiting_on.is_empty()),
+            "dependencies covered"
+        );
+        assert!(
+            s.array_slots(10).is_some_and(|a| !a.waiting.is_empty()),
+            "array slots covered"
+        );
     }
 
     /// The encoding of a known state, pinned: when this fails, the shape of
@@ -293,7 +307,7 @@ mod tests {
             .to_string();
         assert_eq!(
             (FORMAT, &digest[..16]),
-            (3, "b0937594f9fdcca8"),
+            (4, "b6a505009341f255"),
             "the snapshot encoding changed: bump snapshot::FORMAT and update this digest"
         );
     }

@@ -18,6 +18,9 @@ use gpusched_model::{
     LEVEL_NODE,
 };
 use rustc_hash::FxHashMap;
+
+mod gates;
+pub use gates::ArraySlots;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,6 +70,22 @@ impl Phase {
         Phase::Rejected,
         Phase::Preempting,
     ];
+
+    /// Its lowercase name, as the API, the CLI and explain write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Submitted => "submitted",
+            Phase::Queued => "queued",
+            Phase::Admitted => "admitted",
+            Phase::Bound => "bound",
+            Phase::Running => "running",
+            Phase::Succeeded => "succeeded",
+            Phase::Failed => "failed",
+            Phase::Cancelled => "cancelled",
+            Phase::Rejected => "rejected",
+            Phase::Preempting => "preempting",
+        }
+    }
 
     /// Whether the job has ended for good.
     pub fn is_terminal(self) -> bool {
@@ -168,6 +187,14 @@ pub struct Job {
     /// When its user asked to cancel it while it held GPUs; it stops (after
     /// a final checkpoint when it checkpoints) and never runs again.
     pub cancel_requested: Option<Timestamp>,
+    /// While queued: the jobs it depends on that have not ended yet.
+    pub waiting_on: BTreeSet<JobId>,
+    /// The `after_ok` dependency that ended without succeeding, which
+    /// cancels it (kept once it is cancelled, for `explain`).
+    pub failed_dependency: Option<JobId>,
+    /// Holds one of its array's slots (a task of an array with a limit,
+    /// from when it joins its tenant's queue until it ends).
+    pub array_slot: bool,
 }
 
 /// The node of each worker of a gang, by rank: the workers of the first
@@ -461,6 +488,15 @@ pub enum ApplyError {
         /// Its queue's state.
         state: QueueState,
     },
+    /// A dependency that is not an earlier job of the same tenant, or a
+    /// `JobDependencyFailed` naming a dependency that did not fail the job.
+    #[error("job {job}: job {dependency} is not a dependency it may have or that failed it")]
+    BadDependency {
+        /// The dependent job.
+        job: JobId,
+        /// The dependency named.
+        dependency: JobId,
+    },
 }
 
 /// Preemptible running jobs of one tenant and flavor, by latest safe point first.
@@ -528,6 +564,8 @@ pub struct State {
     reclaim_holds: BTreeMap<JobId, (CohortIdx, FlavorIdx)>,
     /// Nodes being emptied for maintenance (status `Evicted`).
     evicted_nodes: BTreeSet<NodeId>,
+    /// Dependencies and array limits (`gates`).
+    gates: gates::Gates,
 }
 
 fn at_mut<T: Clone + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
@@ -805,6 +843,9 @@ impl State {
                 }
             }
             job.phase = to;
+            if to.is_terminal() {
+                self.gate_ended(id, to);
+            }
         }
     }
 
@@ -1198,6 +1239,14 @@ impl State {
             Event::EvictionPlanned { cause, victims, at } => {
                 self.on_eviction_planned(cause, victims, *at, ev.kind())
             }
+            Event::JobDependencyFailed {
+                job,
+                dependency,
+                at,
+            } => {
+                self.check_dependency_failed(*job, *dependency, ev.kind())?;
+                self.end_cancelled(*job, *at)
+            }
         }
     }
 
@@ -1419,6 +1468,9 @@ impl State {
                 chosen_at: None,
                 backfill_for: None,
                 cancel_requested: None,
+                waiting_on: BTreeSet::new(),
+                failed_dependency: None,
+                array_slot: false,
             },
         );
         self.counts.mv(None, Phase::Submitted);
@@ -1457,16 +1509,14 @@ impl State {
             v
         };
         let order = j.order;
+        let waits = self.check_dependencies(job)?;
         self.awaiting.remove(&(order, job));
         self.set_phase(job, Phase::Queued);
         let j = self.job_mut(job)?;
         j.tenant = Some(t);
         j.level = level;
         j.flavors = flavors;
-        let key = j.queue_key();
-        let tenant = &mut self.tenants[t as usize];
-        tenant.pending.insert(key);
-        tenant.version += 1;
+        self.gate_accepted(job, waits);
         Ok(())
     }
 
@@ -1534,6 +1584,13 @@ impl State {
         }
         let need = j.spec.total_gpus();
         let tenant = &self.tenants[t as usize];
+        if !tenant.pending.contains(&j.queue_key()) {
+            return Err(ApplyError::IllegalTransition {
+                job,
+                from: j.phase,
+                event: kind,
+            });
+        }
         if !tenant.queue.admits() {
             return Err(ApplyError::QueueClosed {
                 tenant: tenant.spec.name.clone(),
@@ -1587,12 +1644,18 @@ impl State {
     ) -> Result<(), ApplyError> {
         let j = self.expect_phase(job, &[Phase::Queued, Phase::Admitted], kind)?;
         let key = j.queue_key();
-        let cure = matches!(
-            reason,
-            PendingReason::CohortExhausted { .. }
-                | PendingReason::QuotaExceeded { .. }
-                | PendingReason::NoDomainFits { .. }
-        );
+        // A job kept out of its tenant's queue (a dependency, its array's
+        // limit) is no one preemption should make room for.
+        let gated = j.phase == Phase::Queued
+            && j.tenant
+                .is_none_or(|t| !self.tenants[t as usize].pending.contains(&key));
+        let cure = !gated
+            && matches!(
+                reason,
+                PendingReason::CohortExhausted { .. }
+                    | PendingReason::QuotaExceeded { .. }
+                    | PendingReason::NoDomainFits { .. }
+            );
         if cure {
             self.wants_preemption.insert(key);
         } else {
@@ -2342,6 +2405,17 @@ impl State {
             }
             put(&j.backfill_for.map_or(0, |b| b.0 + 1).to_le_bytes());
             put(&j.cancel_requested.map_or(u64::MAX, |t| t.0).to_le_bytes());
+            // Gates only where set: older states hash as they did.
+            for dep in &j.waiting_on {
+                put(&dep.0.to_le_bytes());
+            }
+            if let Some(dep) = j.failed_dependency {
+                put(b"failed");
+                put(&dep.0.to_le_bytes());
+            }
+            if j.array_slot {
+                put(b"slot");
+            }
         }
         for (job, r) in &self.reservations {
             put(&job.0.to_le_bytes());
@@ -2487,6 +2561,7 @@ impl State {
                 return Err(format!("node {i}: evicted index drifted"));
             }
         }
+        self.check_gates()?;
         let counted: u64 = Phase::ALL.iter().map(|p| self.counts.get(*p)).sum();
         if counted != self.jobs.len() as u64 {
             return Err("phase counts drifted".into());

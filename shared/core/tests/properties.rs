@@ -31,6 +31,58 @@ enum Op {
     AddNode(usize),
     Advance(u64),
     Admin(AdminOp),
+    Gated(JobGen, Gate),
+}
+
+/// What a gated submission waits on.
+#[derive(Clone, Copy, Debug)]
+enum Gate {
+    /// The job submitted `back` submissions earlier (any tenant's: another
+    /// tenant's must be refused); `ok`: after_ok, else after.
+    After { back: usize, ok: bool },
+    /// A task of array `1_000_000 + array`, limited to `array % 3 + 1`.
+    Task { array: u8 },
+}
+
+fn gate_gen() -> impl Strategy<Value = Gate> {
+    prop_oneof![
+        2 => (0usize..6, any::<bool>()).prop_map(|(back, ok)| Gate::After { back, ok }),
+        1 => (0u8..4).prop_map(|array| Gate::Task { array }),
+    ]
+}
+
+/// `op_gen` with dependencies and limited arrays mixed in (a separate
+/// strategy, so `op_gen`'s cases and saved seeds stay as they were).
+fn op_with_gates_gen() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => op_gen(),
+        2 => (suite_job(), gate_gen()).prop_map(|(j, g)| Op::Gated(j, g)),
+    ]
+}
+
+/// `g`'s spec with `gate`.
+fn gated_spec(d: &Driver, tenants: usize, g: &JobGen, gate: Gate) -> gpusched_model::JobSpec {
+    let mut spec = g.spec(tenants);
+    match gate {
+        Gate::After { back, ok } => {
+            let Some(dep) = d.jobs.len().checked_sub(back + 1).map(|i| d.jobs[i]) else {
+                return spec;
+            };
+            if ok {
+                spec.after_ok.push(dep);
+            } else {
+                spec.after.push(dep);
+            }
+        }
+        Gate::Task { array } => {
+            spec.array = Some(gpusched_model::ArrayTask {
+                array: 1_000_000 + u64::from(array),
+                index: d.jobs.len() as u32,
+                max_running: Some(u32::from(array % 3) + 1),
+            });
+        }
+    }
+    spec
 }
 
 /// Tenants with weights 1–4 and quotas up to 32 GPUs.
@@ -182,6 +234,12 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) -> Option<Vec<Event>> {
         }
         Op::Advance(s) => d.advance(*s),
         Op::Admin(op) => admin(d, tenants, *op),
+        Op::Gated(g, gate) => {
+            if d.jobs.len() < MAX_JOBS {
+                let spec = gated_spec(d, tenants, g, *gate);
+                d.submit(spec);
+            }
+        }
     }
     None
 }
@@ -414,6 +472,31 @@ proptest! {
         }
     }
 
+    /// Dependencies and limited arrays: invariants and replay hold (the
+    /// gates' indexes among them), and, read back from the log, no job was
+    /// admitted before each `after_ok` dependency succeeded and each
+    /// `after` one ended, no limited array ever held quota for more tasks
+    /// than its limit, and every job cancelled for a dependency had one
+    /// that ended without succeeding.
+    #[test]
+    fn dependencies_and_array_limits_keep_invariants_and_replay(
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
+        cfg in config_gen(),
+        ops in proptest::collection::vec(op_with_gates_gen(), 1..150),
+    ) {
+        let (d, checkpoints) = run(&c, &tenants, cfg, &ops);
+        check_replay(&d, &checkpoints)?;
+        assert_memo_hides_nothing(&d);
+        check_gates_in_log(&d.log)?;
+        if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
+            let failed = d.log.iter().filter(|e| matches!(e, Event::JobDependencyFailed { .. })).count();
+            let waited = d.jobs.iter().filter(|j| !d.job(**j).spec.after_ok.is_empty() || !d.job(**j).spec.after.is_empty()).count();
+            let ran = d.jobs.iter().filter(|j| d.job(**j).spec.array.is_some() && d.job(**j).phase == Phase::Succeeded).count();
+            eprintln!("gated jobs {waited} dependency-failed {failed} array tasks succeeded {ran}");
+        }
+    }
+
     /// With every node healthy and enough cycles, nothing stays queued that
     /// its tenant's quota and the cluster's shape allow: all accepted jobs end.
     #[test]
@@ -458,4 +541,72 @@ proptest! {
             check_snapshot_at(&d, (f * d.log.len() as f64) as usize)?;
         }
     }
+}
+
+/// Folds the log and checks, before each admission, that the job's
+/// dependencies had ended as it requires; after each event, that no
+/// limited array holds quota for more tasks than its limit; and that each
+/// `JobDependencyFailed` names an `after_ok` dependency that ended
+/// without succeeding.
+fn check_gates_in_log(log: &[Event]) -> Result<(), TestCaseError> {
+    let mut st = State::new();
+    for (i, e) in log.iter().enumerate() {
+        match e {
+            Event::JobAdmitted { job, .. } => {
+                let spec = &st.job(*job).expect("admitted job").spec;
+                for (dep, kind) in spec.dependencies() {
+                    let phase = st.job(dep).map(|d| d.phase);
+                    let ok = match kind {
+                        gpusched_model::DependencyKind::AfterOk => phase == Some(Phase::Succeeded),
+                        gpusched_model::DependencyKind::After => {
+                            phase.is_some_and(Phase::is_terminal)
+                        }
+                    };
+                    prop_assert!(
+                        ok,
+                        "event {}: job {} admitted with dependency {} {:?}",
+                        i,
+                        job,
+                        dep,
+                        phase
+                    );
+                }
+            }
+            Event::JobDependencyFailed {
+                job, dependency, ..
+            } => {
+                let spec = &st.job(*job).expect("cancelled job").spec;
+                let phase = st.job(*dependency).map(|d| d.phase);
+                prop_assert!(spec.after_ok.contains(dependency));
+                prop_assert!(
+                    phase.is_some_and(|p| p.is_terminal() && p != Phase::Succeeded),
+                    "event {}: {:?}",
+                    i,
+                    phase
+                );
+            }
+            _ => {}
+        }
+        st.apply(e).expect("the log replays");
+        let mut holding: std::collections::BTreeMap<u64, (u32, u32)> = Default::default();
+        for j in st.jobs() {
+            if let Some(a) = j.spec.array.filter(|_| j.phase.holds_quota()) {
+                if let Some(limit) = a.max_running {
+                    let e = holding.entry(a.array).or_insert((0, limit));
+                    e.0 += 1;
+                }
+            }
+        }
+        for (array, (n, limit)) in holding {
+            prop_assert!(
+                n <= limit,
+                "event {}: array {} holds quota for {} tasks, limit {}",
+                i,
+                array,
+                n,
+                limit
+            );
+        }
+    }
+    Ok(())
 }

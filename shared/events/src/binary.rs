@@ -23,7 +23,7 @@
 //! events writes beside them and checks before reading them. Any change
 //! to the layout (a field added to a variant, a variant appended) bumps
 //! it, and the checked-in message of every kind
-//! (`shared/events/fixtures/log-v2.bus`, tested by the bus crate) fails
+//! (`shared/events/fixtures/log-v3.bus`, tested by the bus crate) fails
 //! until it does. A reader of another form must refuse the message and
 //! read those events from the log (docs/extending.md).
 //!
@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 /// The number of the binary form's layout. Bumped with every change to
 /// it; readers refuse a form they do not know.
-pub const FORM: u16 = 2;
+pub const FORM: u16 = 3;
 
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "WorkerExit")]
@@ -86,6 +86,17 @@ enum PendingReasonDef {
     },
     BehindHead {
         head: JobId,
+    },
+    WaitingForJobs {
+        after_ok: Vec<JobId>,
+        after: Vec<JobId>,
+    },
+    ArrayLimit {
+        array: u64,
+        limit: u32,
+    },
+    DependencyFailed {
+        dependency: JobId,
     },
 }
 
@@ -275,6 +286,11 @@ enum EventDef {
         victims: Vec<Victim>,
         at: Timestamp,
     },
+    JobDependencyFailed {
+        job: JobId,
+        dependency: JobId,
+        at: Timestamp,
+    },
 }
 
 /// A job's worker exits, each with every field written.
@@ -368,6 +384,7 @@ mod tests {
             QueueStateSet { .. } => 23,
             NodeEvicted { .. } => 24,
             EvictionPlanned { .. } => 25,
+            JobDependencyFailed { .. } => 26,
         }
     }
 
@@ -397,7 +414,17 @@ mod tests {
             },
             working_dir: full.then(|| "/w".to_string()),
             checkpoint_signal: full.then(|| "SIGUSR2".to_string()),
-            array: full.then_some(ArrayTask { array: 9, index: 4 }),
+            array: full.then_some(ArrayTask {
+                array: 9,
+                index: 4,
+                max_running: Some(2),
+            }),
+            after_ok: if full { vec![JobId(3)] } else { vec![] },
+            after: if full {
+                vec![JobId(1), JobId(2)]
+            } else {
+                vec![]
+            },
         }
     }
 
@@ -679,6 +706,31 @@ mod tests {
             Event::EvictionPlanned {
                 cause: EvictionCause::NodeEvicted { node: n },
                 victims: vec![],
+                at: t,
+            },
+            Event::JobDependencyFailed {
+                job: j,
+                dependency: JobId(3),
+                at: t,
+            },
+            Event::JobPending {
+                job: j,
+                reason: PendingReason::WaitingForJobs {
+                    after_ok: vec![JobId(3)],
+                    after: vec![],
+                },
+                at: t,
+            },
+            Event::JobPending {
+                job: j,
+                reason: PendingReason::ArrayLimit { array: 9, limit: 2 },
+                at: t,
+            },
+            Event::JobPending {
+                job: j,
+                reason: PendingReason::DependencyFailed {
+                    dependency: JobId(3),
+                },
                 at: t,
             },
         ]

@@ -130,6 +130,28 @@ pub enum PendingReason {
         /// The blocked head of the queue.
         head: JobId,
     },
+    /// Not in its tenant's queue yet: jobs it depends on have not ended
+    /// as it requires.
+    WaitingForJobs {
+        /// Those that must still succeed (`after_ok`).
+        after_ok: Vec<JobId>,
+        /// Those that must still end, however (`after`).
+        after: Vec<JobId>,
+    },
+    /// A task of an array with a limit: as many of its tasks as the limit
+    /// allows are queued or running; it joins the queue when one ends.
+    ArrayLimit {
+        /// The array.
+        array: u64,
+        /// Its limit (`%N`).
+        limit: u32,
+    },
+    /// A job it must run after (`after_ok`) ended without succeeding: it
+    /// will never run, and is being cancelled.
+    DependencyFailed {
+        /// That job.
+        dependency: JobId,
+    },
 }
 
 impl PendingReason {
@@ -140,6 +162,9 @@ impl PendingReason {
             PendingReason::CohortExhausted { .. } => "cohort_exhausted",
             PendingReason::NoDomainFits { .. } => "no_domain_fits",
             PendingReason::BehindHead { .. } => "behind_head",
+            PendingReason::WaitingForJobs { .. } => "waiting_for_jobs",
+            PendingReason::ArrayLimit { .. } => "array_limit",
+            PendingReason::DependencyFailed { .. } => "dependency_failed",
         }
     }
 }
@@ -172,6 +197,30 @@ impl fmt::Display for PendingReason {
                 }
             }
             PendingReason::BehindHead { head } => write!(f, "strict FIFO: behind blocked head job {head}"),
+            PendingReason::WaitingForJobs { after_ok, after } => {
+                let list = |jobs: &[JobId]| {
+                    let names: Vec<String> = jobs.iter().map(|j| format!("job {j}")).collect();
+                    names.join(", ")
+                };
+                match (after_ok.is_empty(), after.is_empty()) {
+                    (false, true) => write!(f, "waits for {} to succeed (after_ok)", list(after_ok)),
+                    (true, _) => write!(f, "waits for {} to end (after)", list(after)),
+                    (false, false) => write!(
+                        f,
+                        "waits for {} to succeed (after_ok) and {} to end (after)",
+                        list(after_ok),
+                        list(after)
+                    ),
+                }
+            }
+            PendingReason::ArrayLimit { array, limit } => write!(
+                f,
+                "array {array} is at its limit of tasks queued or running at once (%{limit}); this task joins the queue when one of them ends"
+            ),
+            PendingReason::DependencyFailed { dependency } => write!(
+                f,
+                "job {dependency}, which it runs after (after_ok), ended without succeeding; this job will never run and is being cancelled"
+            ),
         }
     }
 }
@@ -646,12 +695,22 @@ pub enum Event {
         /// When.
         at: Timestamp,
     },
+    /// A job that waited on another (`after_ok`) is cancelled because that
+    /// one ended without succeeding: it can never become eligible.
+    JobDependencyFailed {
+        /// The job cancelled.
+        job: JobId,
+        /// The job it waited on.
+        dependency: JobId,
+        /// When.
+        at: Timestamp,
+    },
 }
 
 /// Every event kind ([`Event::kind`]), in the order the variants are
 /// declared: `KINDS[i]` is the kind whose binary form has variant index
 /// `i` (`binary`'s tests check both). Only appended to, like `Event`.
-pub const KINDS: [&str; 26] = [
+pub const KINDS: [&str; 27] = [
     "topology_configured",
     "tenant_configured",
     "node_added",
@@ -678,6 +737,7 @@ pub const KINDS: [&str; 26] = [
     "queue_state_set",
     "node_evicted",
     "eviction_planned",
+    "job_dependency_failed",
 ];
 
 impl Event {
@@ -700,7 +760,9 @@ impl Event {
             JobSubmitted { .. } | JobCancelled { .. } | JobCancelRequested { .. } => {
                 Producer::Gateway
             }
-            JobAccepted { .. } | JobRejected { .. } => Producer::Admission,
+            JobAccepted { .. } | JobRejected { .. } | JobDependencyFailed { .. } => {
+                Producer::Admission
+            }
             JobAdmitted { .. } => Producer::Quota,
             JobPending { reason, .. } => match reason {
                 PendingReason::NoDomainFits { .. } => Producer::Placement,
@@ -746,6 +808,7 @@ impl Event {
             QueueStateSet { .. } => "queue_state_set",
             NodeEvicted { .. } => "node_evicted",
             EvictionPlanned { .. } => "eviction_planned",
+            JobDependencyFailed { .. } => "job_dependency_failed",
         }
     }
 
@@ -781,7 +844,8 @@ impl Event {
             | JobRequeued { job, .. }
             | JobCheckpointed { job, .. }
             | JobPreempted { job, .. }
-            | ReservationMade { job, .. } => Aggregate::Job(*job),
+            | ReservationMade { job, .. }
+            | JobDependencyFailed { job, .. } => Aggregate::Job(*job),
             PreemptionPlanned { beneficiary, .. } => Aggregate::Job(*beneficiary),
         }
     }

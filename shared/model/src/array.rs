@@ -1,8 +1,9 @@
 //! Job arrays: many jobs submitted as one, alike but for an index.
 //!
-//! Owns: the index set a user writes (`0-999`, `1,3,5-9`, `0-98:2`), its
-//! reading with errors that say what is wrong, and a task's place in its
-//! array ([`ArrayTask`]). Must never: give an array more than
+//! Owns: the index set a user writes (`0-999`, `1,3,5-9`, `0-98:2`, and
+//! `0-999%50` for at most 50 tasks running at once), its reading with
+//! errors that say what is wrong, and a task's place in its array
+//! ([`ArrayTask`]). Must never: give an array more than
 //! [`MAX_ARRAY_TASKS`] tasks, or the same index twice.
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,19 @@ pub struct ArrayTask {
     pub array: u64,
     /// This task's index (what `GPUSCHED_ARRAY_INDEX` holds while it runs).
     pub index: u32,
+    /// At most this many of the array's tasks are queued for quota or
+    /// hold it at once (`%N`); the rest wait their turn. `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
+}
+
+/// An array's index set and its limit, as `0-999%50` writes them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArraySet {
+    /// The indices, in the order written.
+    pub indices: Vec<u32>,
+    /// At most this many tasks at once (`%N`), if given.
+    pub max_running: Option<u32>,
 }
 
 /// Why an index set was refused.
@@ -54,12 +68,38 @@ pub enum ArrayIndicesError {
         /// The index.
         index: u32,
     },
+    /// A `%N` limit that is not a whole number of at least 1.
+    #[error("%{limit}: the limit after % is a whole number of at least 1 (e.g. 0-999%50)")]
+    BadLimit {
+        /// The limit, as written.
+        limit: String,
+    },
     /// More than [`MAX_ARRAY_TASKS`] indices.
     #[error("holds {count} tasks; an array holds at most {MAX_ARRAY_TASKS}")]
     TooMany {
         /// How many the set names (at least).
         count: usize,
     },
+}
+
+/// Reads an index set with an optional limit on the tasks running at
+/// once: `INDICES%N` (`0-999%50`), where `N` is at least 1.
+pub fn parse_array_set(raw: &str) -> Result<ArraySet, ArrayIndicesError> {
+    let (set, limit) = match raw.rsplit_once('%') {
+        Some((set, limit)) => (set, Some(limit.trim())),
+        None => (raw, None),
+    };
+    let max_running = match limit {
+        None => None,
+        Some(raw) => match raw.parse::<u32>() {
+            Ok(n) if n >= 1 && raw.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            _ => return Err(ArrayIndicesError::BadLimit { limit: raw.into() }),
+        },
+    };
+    Ok(ArraySet {
+        indices: parse_array_indices(set)?,
+        max_running,
+    })
 }
 
 /// Reads an index set: comma-separated parts, each `N`, `A-B` (both ends
@@ -186,5 +226,26 @@ mod tests {
         );
         let msg = parse_array_indices("0-x").unwrap_err().to_string();
         assert!(msg.contains("\"0-x\""), "{msg}");
+    }
+
+    #[test]
+    fn a_limit_follows_the_set_after_a_percent_sign() {
+        let set = parse_array_set("0-999%50").unwrap();
+        assert_eq!((set.indices.len(), set.max_running), (1000, Some(50)));
+        let set = parse_array_set("1,3").unwrap();
+        assert_eq!((set.indices, set.max_running), (vec![1, 3], None));
+        for bad in ["0-9%0", "0-9%", "0-9%x", "0-9%+2", "0-9%99999999999"] {
+            assert!(
+                matches!(
+                    parse_array_set(bad),
+                    Err(ArrayIndicesError::BadLimit { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse_array_set("%5"),
+            Err(ArrayIndicesError::Empty)
+        ));
     }
 }

@@ -15,7 +15,8 @@ use std::fmt;
 mod array;
 pub mod positional;
 pub use array::{
-    parse_array_indices, ArrayIndicesError, ArrayTask, MAX_ARRAY_INDEX, MAX_ARRAY_TASKS,
+    parse_array_indices, parse_array_set, ArrayIndicesError, ArraySet, ArrayTask, MAX_ARRAY_INDEX,
+    MAX_ARRAY_TASKS,
 };
 
 /// A count of GPUs.
@@ -258,6 +259,39 @@ pub struct JobSpec {
     /// its own may not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArrayTask>,
+    /// Jobs of the same tenant that must all have succeeded before this
+    /// one may be admitted; if one ends otherwise, this job is cancelled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<u64>, max_items = 64)]
+    pub after_ok: Vec<JobId>,
+    /// Jobs of the same tenant that must all have ended, however, before
+    /// this one may be admitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<u64>, max_items = 64)]
+    pub after: Vec<JobId>,
+}
+
+/// Most dependencies (`after_ok` and `after` together) one job may name.
+pub const MAX_DEPENDENCIES: usize = 64;
+
+/// How a job depends on another.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DependencyKind {
+    /// The other job must succeed (`after_ok`).
+    AfterOk,
+    /// The other job must end, however (`after`).
+    After,
+}
+
+impl DependencyKind {
+    /// The spec field that names it.
+    pub fn field(self) -> &'static str {
+        match self {
+            DependencyKind::AfterOk => "after_ok",
+            DependencyKind::After => "after",
+        }
+    }
 }
 
 impl JobSpec {
@@ -281,7 +315,15 @@ impl JobSpec {
             working_dir: None,
             checkpoint_signal: None,
             array: None,
+            after_ok: Vec::new(),
+            after: Vec::new(),
         }
+    }
+
+    /// Its dependencies, `after_ok` first, each with how it depends.
+    pub fn dependencies(&self) -> impl Iterator<Item = (JobId, DependencyKind)> + '_ {
+        let ok = self.after_ok.iter().map(|&j| (j, DependencyKind::AfterOk));
+        ok.chain(self.after.iter().map(|&j| (j, DependencyKind::After)))
     }
 }
 
@@ -379,6 +421,34 @@ impl JobSpec {
         }
         if self.flavors.iter().any(|f| f.trim().is_empty()) {
             return Err(FieldError::new("flavors", "must not contain empty names"));
+        }
+        if self.array.is_some_and(|a| a.max_running == Some(0)) {
+            return Err(FieldError::new("array.max_running", "must be at least 1"));
+        }
+        self.check_dependency_fields()
+    }
+
+    /// At most [`MAX_DEPENDENCIES`], none named twice.
+    fn check_dependency_fields(&self) -> Result<(), FieldError> {
+        if self.after_ok.len() + self.after.len() > MAX_DEPENDENCIES {
+            let field = if self.after_ok.len() > self.after.len() {
+                "after_ok"
+            } else {
+                "after"
+            };
+            return Err(FieldError::new(
+                field,
+                &format!("a job may wait on at most {MAX_DEPENDENCIES} jobs"),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (job, kind) in self.dependencies() {
+            if !seen.insert(job) {
+                return Err(FieldError::new(
+                    kind.field(),
+                    &format!("job {job} is named twice"),
+                ));
+            }
         }
         Ok(())
     }
@@ -484,6 +554,8 @@ mod tests {
             working_dir: None,
             checkpoint_signal: None,
             array: None,
+            after_ok: Vec::new(),
+            after: Vec::new(),
         }
     }
 

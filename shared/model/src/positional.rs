@@ -3,7 +3,8 @@
 //! and cannot read back a field that was skipped.
 //!
 //! Owns: [`job_spec`], a `#[serde(with)]` module that writes every field of
-//! a [`JobSpec`](crate::JobSpec) in declaration order. The destructuring
+//! a [`JobSpec`](crate::JobSpec) in declaration order (an array task as
+//! its three fields, since its API form skips an empty limit). The destructuring
 //! lists every field: a new one fails to compile until it is added here.
 //! Must never: be used for JSON (the API's form is the derived one), or
 //! change the order of fields already written (snapshots and bus messages
@@ -12,7 +13,7 @@
 
 /// A job's spec with every field written, in declaration order.
 pub mod job_spec {
-    use crate::{ArrayTask, CheckpointPolicy, Gpus, JobSpec};
+    use crate::{ArrayTask, CheckpointPolicy, Gpus, JobId, JobSpec};
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
@@ -30,7 +31,9 @@ pub mod job_spec {
         BTreeMap<String, String>,
         Option<String>,
         Option<String>,
-        Option<ArrayTask>,
+        Option<(u64, u32, Option<u32>)>,
+        Vec<JobId>,
+        Vec<JobId>,
     );
 
     /// Writes every field, in declaration order.
@@ -50,6 +53,8 @@ pub mod job_spec {
             working_dir,
             checkpoint_signal,
             array,
+            after_ok,
+            after,
         } = spec;
         (
             tenant,
@@ -65,7 +70,9 @@ pub mod job_spec {
             env,
             working_dir,
             checkpoint_signal,
-            array,
+            array.map(|a| (a.array, a.index, a.max_running)),
+            after_ok,
+            after,
         )
             .serialize(s)
     }
@@ -87,6 +94,8 @@ pub mod job_spec {
             working_dir,
             checkpoint_signal,
             array,
+            after_ok,
+            after,
         ): Fields = Deserialize::deserialize(d)?;
         Ok(JobSpec {
             tenant,
@@ -102,7 +111,13 @@ pub mod job_spec {
             env,
             working_dir,
             checkpoint_signal,
-            array,
+            array: array.map(|(array, index, max_running)| ArrayTask {
+                array,
+                index,
+                max_running,
+            }),
+            after_ok,
+            after,
         })
     }
 }

@@ -66,6 +66,8 @@ fn job(
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 

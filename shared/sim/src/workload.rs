@@ -431,6 +431,8 @@ impl NativeRow {
             working_dir: None,
             checkpoint_signal: None,
             array: None,
+            after_ok: Vec::new(),
+            after: Vec::new(),
         };
         spec.check_fields().map_err(|e| {
             // The model names the checkpoint interval `checkpoint.interval_s`;
@@ -616,6 +618,8 @@ pub fn parse_itp<R: Read>(
             working_dir: None,
             checkpoint_signal: None,
             array: None,
+            after_ok: Vec::new(),
+            after: Vec::new(),
         };
         spec.check_fields()
             .map_err(|e| ctx.invalid("num_gpu", format!("derived {}", e)))?;
@@ -757,6 +761,8 @@ pub fn synthetic(opts: &SyntheticOptions) -> Workload {
             working_dir: None,
             checkpoint_signal: None,
             array: None,
+            after_ok: Vec::new(),
+            after: Vec::new(),
         };
         items.push(WorkloadItem {
             at: Timestamp((t_s * 1000.0).round() as u64),

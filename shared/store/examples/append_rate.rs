@@ -59,6 +59,8 @@ async fn run(
                         working_dir: None,
                         checkpoint_signal: None,
                         array: None,
+                        after_ok: Vec::new(),
+                        after: Vec::new(),
                     },
                     at: Timestamp(job.0 * 1000),
                 });

@@ -73,6 +73,8 @@ pub fn job(tenant: &str, workers: u32, knobs: &[(&str, &str)]) -> JobSpec {
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 

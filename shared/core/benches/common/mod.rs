@@ -35,6 +35,8 @@ pub fn job(i: u64, tenant: usize) -> JobSpec {
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 

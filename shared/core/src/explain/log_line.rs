@@ -114,6 +114,11 @@ pub fn log_line(before: &State, ev: &Event) -> String {
             format!("job {job} back in queue {tenant}: the queue was stopped before it was placed")
         }
         Event::QueueStateSet { tenant, state, .. } => format!("queue {tenant} set {state}"),
+        Event::JobDependencyFailed {
+            job, dependency, ..
+        } => format!(
+            "job {job} cancelled: job {dependency}, which it runs after (after_ok), ended without succeeding"
+        ),
         Event::NodeEvicted { node: n, .. } => {
             let jobs = before.nodes().get(n.index()).map_or(0, |x| x.jobs.len());
             format!(

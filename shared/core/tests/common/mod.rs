@@ -104,6 +104,8 @@ pub fn job(tenant: &str, workers: u32, gpw: Gpus, topology: &str) -> JobSpec {
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 

@@ -48,6 +48,8 @@ pub fn spec() -> JobSpec {
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 

@@ -31,6 +31,8 @@ pub fn job_spec(t: &str, workers: u32, gpw: u32, priority: i32) -> JobSpec {
         working_dir: None,
         checkpoint_signal: None,
         array: None,
+        after_ok: Vec::new(),
+        after: Vec::new(),
     }
 }
 
