@@ -54,7 +54,8 @@ pub struct QueueRow {
     pub(crate) pending: u64,
     /// `pending` by the reason the last cycle gave (`quota_exceeded`,
     /// `cohort_exhausted`, `no_domain_fits`, `behind_head`; `none`: not
-    /// examined yet).
+    /// examined yet), or what keeps a job out of the queue
+    /// (`waiting_for_jobs`, `array_limit`, `dependency_failed`).
     pending_by_reason: BTreeMap<&'static str, u64>,
     /// Jobs bound or running in this flavor.
     pub(crate) running: u64,
@@ -88,7 +89,12 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
         match j.phase {
             Phase::Queued | Phase::Admitted => {
                 pending[t as usize][f] += 1;
-                let reason = j.last_reason.as_ref().map_or("none", |r| r.kind());
+                let gate =
+                    gpusched_core::explain::gate_reason(j).filter(|_| j.phase == Phase::Queued);
+                let reason = gate
+                    .as_ref()
+                    .or(j.last_reason.as_ref())
+                    .map_or("none", |r| r.kind());
                 *by_reason[t as usize][f].entry(reason).or_default() += 1;
             }
             _ => running[t as usize][f] += 1,

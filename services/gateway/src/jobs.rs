@@ -692,7 +692,8 @@ pub async fn job_events(
 /// Why a job waits now.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PendingView {
-    /// `quota_exceeded`, `cohort_exhausted`, `no_domain_fits` or `behind_head`.
+    /// `quota_exceeded`, `cohort_exhausted`, `no_domain_fits`, `behind_head`,
+    /// `waiting_for_jobs`, `array_limit` or `dependency_failed`.
     kind: String,
     /// The reason in words, with the figures.
     text: String,

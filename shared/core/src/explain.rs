@@ -175,7 +175,7 @@ pub fn pending_reason(state: &State, id: JobId) -> Option<PendingReason> {
 
 /// What keeps a queued job out of its tenant's queue, if anything: a
 /// dependency (waiting or failed) or its array's limit.
-fn gate_reason(job: &crate::state::Job) -> Option<PendingReason> {
+pub fn gate_reason(job: &crate::state::Job) -> Option<PendingReason> {
     if let Some(dependency) = job.failed_dependency {
         return Some(PendingReason::DependencyFailed { dependency });
     }
