@@ -1056,7 +1056,7 @@ pub async fn watch(a: WatchArgs) -> Result<()> {
         Some(f) => f,
         None => u(&c.get("/v1/status").await?, "seq"),
     };
-    let ends = ["job_finished", "job_cancelled", "job_rejected"];
+    let ends = gpusched_events::ENDING_KINDS;
     let mut stdout = std::io::stdout();
     loop {
         let req = c

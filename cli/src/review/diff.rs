@@ -165,7 +165,9 @@ impl Visitor for Tally {
                 };
                 self.note("finished", format!("{} {how}", tenant(job)));
             }
-            Event::JobCancelled { job, .. } => self.note("cancelled", tenant(job)),
+            Event::JobCancelled { job, .. } | Event::JobDependencyFailed { job, .. } => {
+                self.note("cancelled", tenant(job))
+            }
             Event::PreemptionPlanned { cause, victims, .. } => {
                 self.note("preemptions planned", cause_key(cause));
                 for v in victims {

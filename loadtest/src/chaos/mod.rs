@@ -562,7 +562,7 @@ async fn ended_count(stack: &Stack, ids: &[String]) -> Result<i64> {
     sqlx::query_scalar(
         "SELECT count(DISTINCT aggregate_id) FROM events
           WHERE aggregate_kind = 'job' AND aggregate_id = ANY($1::text[])
-            AND kind IN ('job_finished', 'job_rejected', 'job_cancelled')",
+            AND kind IN ('job_finished', 'job_rejected', 'job_cancelled', 'job_dependency_failed')",
     )
     .bind(ids)
     .fetch_one(stack.store.pool())

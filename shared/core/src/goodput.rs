@@ -464,7 +464,7 @@ impl Goodput {
                 t.close_wait(*at);
                 self.end(job);
             }
-            Event::JobCancelled { at, .. } => {
+            Event::JobCancelled { at, .. } | Event::JobDependencyFailed { at, .. } => {
                 t.close_hold(*at, HoldEnd::Abandoned);
                 t.close_wait(*at);
                 self.end(job);

@@ -86,10 +86,10 @@ impl ReclaimClock {
                     .remove(job)
                     .map(|from| (*job, at.millis_since(from)));
             }
-            Event::JobFinished { job, .. }
-            | Event::JobCancelled { job, .. }
-            | Event::JobRejected { job, .. } => {
-                self.eligible.remove(job);
+            e if e.ends_job() => {
+                if let Some(job) = e.job() {
+                    self.eligible.remove(&job);
+                }
             }
             _ => {}
         }
@@ -210,10 +210,10 @@ impl LogTally {
             Event::JobRequeued { lost_gpu_ms, .. } => {
                 *self.lost_gpu_ms.entry("node_lost").or_default() += lost_gpu_ms;
             }
-            Event::JobFinished { job, .. }
-            | Event::JobCancelled { job, .. }
-            | Event::JobRejected { job, .. } => {
-                self.victims.remove(job);
+            e if e.ends_job() => {
+                if let Some(job) = e.job() {
+                    self.victims.remove(&job);
+                }
             }
             _ => {}
         }

@@ -296,3 +296,21 @@ fn a_requeued_task_keeps_its_slot() {
     assert_eq!(d.phase(tasks[1]), Phase::Queued);
     assert_eq!(d.state.array_slots(7).map(|s| s.taken), Some(1));
 }
+
+#[test]
+fn a_job_cancelled_for_its_dependency_stops_counting_its_wait() {
+    // Given 2 after_ok 1, and 1 fails after a while
+    let mut d = cluster();
+    let first = d.submit(job("a", 1, 8, "node"));
+    d.settle();
+    let second = d.submit(after_ok(&[first]));
+    d.settle();
+    d.advance(600);
+    end(&mut d, first, Outcome::Failed);
+    d.settle();
+    assert_eq!(d.phase(second), Phase::Cancelled);
+    // Then its GPU-hour account is closed: an hour later it is the same.
+    let account = |at| gpusched_core::goodput::job_account(second, d.log.iter(), Some(at));
+    let now = d.now;
+    assert_eq!(account(now), account(now.plus_secs(3600)));
+}

@@ -740,6 +740,14 @@ pub const KINDS: [&str; 27] = [
     "job_dependency_failed",
 ];
 
+/// The kinds that end a job for good ([`Event::ends_job`]).
+pub const ENDING_KINDS: [&str; 4] = [
+    "job_finished",
+    "job_cancelled",
+    "job_rejected",
+    "job_dependency_failed",
+];
+
 impl Event {
     /// The stage allowed to write this kind (docs/architecture.md, "Crates").
     pub fn producer(&self) -> Producer {
@@ -848,6 +856,12 @@ impl Event {
             | JobDependencyFailed { job, .. } => Aggregate::Job(*job),
             PreemptionPlanned { beneficiary, .. } => Aggregate::Job(*beneficiary),
         }
+    }
+
+    /// Whether this event ends its job for good: finished, cancelled (by
+    /// its user or for a failed dependency) or rejected.
+    pub fn ends_job(&self) -> bool {
+        ENDING_KINDS.contains(&self.kind())
     }
 
     /// The job this event is about, if any.

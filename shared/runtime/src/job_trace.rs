@@ -39,13 +39,7 @@ pub(crate) const MAX_JOB_CONTEXTS: usize = 65_536;
 /// Whether `event` ends its job's trace: the job is bound, or it ended
 /// (rejected, cancelled, finished) before that.
 pub(crate) fn ends_trace(event: &Event) -> bool {
-    matches!(
-        event,
-        Event::JobBound { .. }
-            | Event::JobRejected { .. }
-            | Event::JobCancelled { .. }
-            | Event::JobFinished { .. }
-    )
+    matches!(event, Event::JobBound { .. }) || event.ends_job()
 }
 
 /// The name of the span for a job whose (last) event this cycle is

@@ -234,7 +234,7 @@ fn step(g: &mut Gantt, state: &State, ev: &Event, job: JobId, at: Timestamp) {
             mark(g);
             g.open(Lane::Pending, "requeued".into(), at, vec![]);
         }
-        Event::JobFinished { .. } | Event::JobCancelled { .. } | Event::JobRejected { .. } => {
+        e if e.ends_job() => {
             mark(g);
             g.close(at);
         }
