@@ -155,6 +155,8 @@ enum ScenarioArg {
     Reclaim,
     /// Queues held, drained and stopped, nodes evicted for maintenance (docs/simulator.md).
     Maintenance,
+    /// Pipelines chained by dependencies, some failing, and a job array under a limit (docs/simulator.md).
+    Pipeline,
 }
 
 #[derive(clap::Args)]
@@ -352,6 +354,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     let scenario = args.scenario.map(|s| match s {
         ScenarioArg::Reclaim => gpusched_sim::scenario::reclaim(args.seed),
         ScenarioArg::Maintenance => gpusched_sim::scenario::maintenance(args.seed),
+        ScenarioArg::Pipeline => gpusched_sim::scenario::pipeline(args.seed),
     });
     let cluster = match (&scenario, &args.cluster) {
         (Some((c, _)), _) => c.clone(),

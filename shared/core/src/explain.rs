@@ -432,9 +432,7 @@ pub fn history_at<'a>(
                 level = spec.topology.clone();
                 submitted_line(&secs(*at), spec)
             }
-            Event::JobAccepted { job } if *job == id => {
-                "             accepted into its tenant's queue".to_string()
-            }
+            Event::JobAccepted { job } if *job == id => accepted_line(state, id),
             Event::JobRejected { job, reason } if *job == id => {
                 format!("             rejected: {}", words::rejection(reason))
             }
@@ -552,6 +550,32 @@ pub fn history_at<'a>(
     out.extend(gpu_hours_lines(&events, id, ctx.now));
     out.push(now_line(state, id, ctx, cause.as_deref()));
     out
+}
+
+/// The history's acceptance line: into its tenant's queue, or first to
+/// wait for its dependencies or its array's limit.
+fn accepted_line(state: &State, id: JobId) -> String {
+    let spec = state.job(id).map(|j| &j.spec);
+    let deps: Vec<String> = spec
+        .into_iter()
+        .flat_map(|s| s.dependencies())
+        .map(|(j, kind)| format!("job {j} ({})", kind.field()))
+        .collect();
+    let limit = spec.and_then(|s| s.array).and_then(|a| a.max_running);
+    let mut waits = Vec::new();
+    if !deps.is_empty() {
+        waits.push(format!("for {}", deps.join(", ")));
+    }
+    if let Some(n) = limit {
+        waits.push(format!("for one of its array's {n} slots"));
+    }
+    match waits.is_empty() {
+        true => "             accepted into its tenant's queue".to_string(),
+        false => format!(
+            "             accepted; it joins its tenant's queue once it is through waiting {}",
+            waits.join(" and ")
+        ),
+    }
 }
 
 /// Where the job's GPU-hours went so far and how long its GPUs waited

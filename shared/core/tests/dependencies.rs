@@ -89,6 +89,8 @@ fn a_job_after_ok_waits_out_of_the_queue_until_its_dependency_succeeds() {
             .contains(&format!("waits for job {first} to succeed")),
         "{now:?}"
     );
+    let accepted = format!("accepted; it joins its tenant's queue once it is through waiting for job {first} (after_ok)");
+    assert!(now.iter().any(|l| l.contains(&accepted)), "{now:?}");
     // and an admission written anyway is refused.
     let refused = d.try_apply(Event::JobAdmitted {
         job: second,

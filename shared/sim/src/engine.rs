@@ -2,7 +2,8 @@
 //!
 //! Owns: the virtual clock, the agenda of arrivals, completions and node
 //! losses, playing the node agents' part (starting bound jobs, reporting
-//! completions), and the measurements the report is built from.
+//! completions: success, or failure for a job the workload says fails),
+//! and the measurements the report is built from.
 //!
 //! Must never: decide anything the core decides, or read the wall clock for
 //! anything but measuring how long cycles take. Same cluster, workload and
@@ -16,7 +17,7 @@ use gpusched_core::{
 };
 use gpusched_events::{Event, Outcome, PreemptionCause, RejectReason, RequeueReason};
 use gpusched_model::{JobId, Timestamp};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
@@ -149,6 +150,106 @@ pub struct Measurements {
     pub goodput: Goodput,
     /// What the admins' queue and node operations did.
     pub operations: Operations,
+    /// What dependencies and array limits did.
+    pub gates: Gates,
+}
+
+/// What dependencies (`after_ok`, `after`) and array limits (`%N`) did,
+/// counted from the events.
+#[derive(Clone, Debug, Default)]
+pub struct Gates {
+    /// Jobs submitted naming dependencies.
+    pub dependent: u64,
+    /// Jobs cancelled because an `after_ok` dependency ended without
+    /// succeeding (`JobDependencyFailed`).
+    pub dependency_failed: u64,
+    /// Job arrays, by array id.
+    pub arrays: BTreeMap<u64, ArrayCounts>,
+    /// Array tasks not ended → (array, holds quota, running).
+    tasks: FxHashMap<JobId, (u64, bool, bool)>,
+}
+
+/// One job array's tasks, counted from the events.
+#[derive(Clone, Debug, Default)]
+pub struct ArrayCounts {
+    /// Its tenant.
+    pub tenant: String,
+    /// Tasks submitted.
+    pub tasks: u64,
+    /// Its limit (`%N`), as its first task gave it.
+    pub max_running: Option<u32>,
+    /// Tasks holding quota now (admitted, bound, running or preempting).
+    pub holding: u64,
+    /// Tasks running now (running or preempting).
+    pub running: u64,
+    /// Most tasks holding quota at once.
+    pub peak_holding: u64,
+    /// Most tasks running at once.
+    pub peak_running: u64,
+}
+
+impl Gates {
+    fn observe(&mut self, e: &Event) {
+        match e {
+            Event::JobSubmitted { job, spec, .. } => {
+                if !spec.after_ok.is_empty() || !spec.after.is_empty() {
+                    self.dependent += 1;
+                }
+                if let Some(a) = spec.array {
+                    let c = self.arrays.entry(a.array).or_default();
+                    if c.tasks == 0 {
+                        c.tenant.clone_from(&spec.tenant);
+                        c.max_running = a.max_running;
+                    }
+                    c.tasks += 1;
+                    self.tasks.insert(*job, (a.array, false, false));
+                }
+            }
+            Event::JobAdmitted { job, .. } => self.set(*job, Some(true), None),
+            Event::JobStarted { job, .. } => self.set(*job, None, Some(true)),
+            Event::JobRequeued { job, .. } | Event::JobPreempted { job, .. } => {
+                self.set(*job, Some(false), Some(false));
+            }
+            e if e.ends_job() => {
+                if matches!(e, Event::JobDependencyFailed { .. }) {
+                    self.dependency_failed += 1;
+                }
+                if let Some(job) = e.job() {
+                    self.set(job, Some(false), Some(false));
+                    self.tasks.remove(&job);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks an array task as holding quota and running, or not; `None`
+    /// leaves that as it is.
+    fn set(&mut self, job: JobId, holding: Option<bool>, running: Option<bool>) {
+        let Some((array, h, r)) = self.tasks.get_mut(&job) else {
+            return;
+        };
+        let Some(c) = self.arrays.get_mut(array) else {
+            return;
+        };
+        for (now, to, count, peak) in [
+            (h, holding, &mut c.holding, &mut c.peak_holding),
+            (r, running, &mut c.running, &mut c.peak_running),
+        ] {
+            match to {
+                Some(true) if !*now => *count += 1,
+                Some(false) if *now => *count -= 1,
+                _ => continue,
+            }
+            *now = !*now;
+            *peak = (*peak).max(*count);
+        }
+    }
+
+    /// Whether the workload used dependencies or arrays.
+    pub fn any(&self) -> bool {
+        self.dependent > 0 || !self.arrays.is_empty()
+    }
 }
 
 /// What the admins' queue and node operations did, counted from the events.
@@ -214,10 +315,13 @@ impl Operations {
                 ..
             } => self.refused += 1,
             // An evicted job that ended otherwise is no longer being evicted.
-            Event::JobFinished { job, .. }
-            | Event::JobCancelled { job, .. }
-            | Event::JobRequeued { job, .. } => {
+            Event::JobRequeued { job, .. } => {
                 self.evicting.remove(job);
+            }
+            e if e.ends_job() => {
+                if let Some(job) = e.job() {
+                    self.evicting.remove(&job);
+                }
             }
             _ => {}
         }
@@ -238,6 +342,8 @@ pub struct Simulator {
     agenda: BinaryHeap<Reverse<(Timestamp, u64, Action)>>,
     tiebreak: u64,
     durations: FxHashMap<JobId, u64>,
+    /// Jobs the workload says fail when their run ends.
+    failing: FxHashSet<JobId>,
     next_job: u64,
     used_gpus: u64,
     capacity_gpus: u64,
@@ -269,6 +375,7 @@ impl Simulator {
             agenda: BinaryHeap::new(),
             tiebreak: 0,
             durations: FxHashMap::default(),
+            failing: FxHashSet::default(),
             next_job: 1,
             used_gpus: 0,
             capacity_gpus: 0,
@@ -381,6 +488,7 @@ impl Simulator {
             _ => {}
         }
         m.operations.observe(e);
+        m.gates.observe(e);
     }
 
     /// The agent's part after a run starts: its completion and its
@@ -476,12 +584,8 @@ impl Simulator {
         let status =
             |s: &State, node: &str| s.node_id(node).map(|n| (n, s.nodes()[n.index()].status));
         match kind {
-            WorkloadKind::Submit { spec, duration_s } => {
-                let job = JobId(self.next_job);
-                self.next_job += 1;
-                self.durations.insert(job, duration_s.saturating_mul(1000));
-                self.apply(Event::JobSubmitted { job, spec, at: now })
-            }
+            WorkloadKind::Submit { spec, duration_s } => self.submit(spec, duration_s, false),
+            WorkloadKind::SubmitFailing { spec, duration_s } => self.submit(spec, duration_s, true),
             WorkloadKind::NodeLost { node } => match status(&self.state, &node) {
                 Some((n, st)) if st != NodeStatus::Lost => {
                     self.apply(Event::NodeLost { node: n, at: now })
@@ -516,6 +620,28 @@ impl Simulator {
                 })
             }
         }
+    }
+
+    /// A user's submission: the next job id (from 1, in submit order),
+    /// and how long it runs and whether it then fails, known only to the
+    /// simulated agent.
+    fn submit(
+        &mut self,
+        spec: gpusched_model::JobSpec,
+        duration_s: u64,
+        fails: bool,
+    ) -> Result<(), SimError> {
+        let job = JobId(self.next_job);
+        self.next_job += 1;
+        self.durations.insert(job, duration_s.saturating_mul(1000));
+        if fails {
+            self.failing.insert(job);
+        }
+        self.apply(Event::JobSubmitted {
+            job,
+            spec,
+            at: self.now,
+        })
     }
 
     fn handle(&mut self, a: Action) -> Result<(), SimError> {
@@ -580,9 +706,14 @@ impl Simulator {
                     matches!(j.phase, Phase::Running | Phase::Preempting) && j.starts == starts
                 });
                 if running {
+                    let outcome = if self.failing.contains(&job) {
+                        Outcome::Failed
+                    } else {
+                        Outcome::Succeeded
+                    };
                     self.apply(Event::JobFinished {
                         job,
-                        outcome: Outcome::Succeeded,
+                        outcome,
                         at: self.now,
                         exits: Vec::new(),
                         reason: None,

@@ -2,7 +2,8 @@
 //!
 //! Owns: turning a finished simulation's state and measurements into the
 //! figures users compare runs by — waits, completion times, utilisation,
-//! cycle cost. A wait is a measured outcome here, never a prediction.
+//! cycle cost, and what operations, dependencies and array limits did.
+//! A wait is a measured outcome here, never a prediction.
 //!
 //! Must never: change the simulation.
 
@@ -136,6 +137,63 @@ pub struct OperationsReport {
     pub refused: u64,
 }
 
+/// What dependencies and job arrays did (only when the workload had
+/// some).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GatesReport {
+    /// Jobs submitted naming dependencies (`after_ok`, `after`).
+    pub dependent_jobs: u64,
+    /// Of those, how many were submitted before a dependency ended and
+    /// waited for it.
+    pub waited_for_dependencies: u64,
+    /// Of those, how many were rejected at submission (a dependency
+    /// unknown, of another tenant, submitted later, or already failed).
+    pub rejected: u64,
+    /// Cancelled because an `after_ok` dependency ended without
+    /// succeeding (`job_dependency_failed`).
+    pub cancelled_by_failed_dependency: u64,
+    /// Dependent jobs that started.
+    pub started: u64,
+    /// Dependent jobs that succeeded.
+    pub succeeded: u64,
+    /// Jobs that failed, dependent or not.
+    pub jobs_failed: u64,
+    /// Of the dependent jobs that started: from the moment the last of
+    /// their dependencies ended (or their submission, if later) to their
+    /// start, seconds.
+    pub wait_after_dependencies_s: Percentiles,
+    /// The mean of the same, seconds.
+    pub mean_wait_after_dependencies_s: f64,
+    /// Job arrays, by id.
+    pub arrays: Vec<ArrayReport>,
+}
+
+/// One job array.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ArrayReport {
+    /// Its id (its first task's job id).
+    pub array: u64,
+    /// Its tenant.
+    pub tenant: String,
+    /// Tasks submitted.
+    pub tasks: u64,
+    /// Its limit on tasks queued for quota or holding it at once (`%N`).
+    pub max_running: Option<u32>,
+    /// Most tasks holding quota at once (admitted, bound, running or
+    /// preempting), from the events: never above `max_running`.
+    pub peak_holding_quota: u64,
+    /// Most tasks running at once.
+    pub peak_running: u64,
+    /// Tasks that succeeded.
+    pub succeeded: u64,
+    /// Tasks that ended otherwise (failed, cancelled, rejected).
+    pub ended_otherwise: u64,
+    /// Submit → first start of its tasks, seconds.
+    pub wait_s: Percentiles,
+    /// From its first task's submission to its last task's end, seconds.
+    pub span_s: f64,
+}
+
 /// The whole report.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -207,6 +265,9 @@ pub struct Report {
     /// Queue and node operations, when the workload had any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operations: Option<OperationsReport>,
+    /// Dependencies and job arrays, when the workload had any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gates: Option<GatesReport>,
 }
 
 impl Report {
@@ -338,6 +399,7 @@ impl Report {
             goodput: m.goodput.overall().summary(),
             replay_hash_matches: None,
             operations: operations(&m.operations),
+            gates: gates(sim),
         }
     }
 
@@ -477,6 +539,44 @@ impl Report {
                 o.refused
             );
         }
+        if let Some(g) = &self.gates {
+            let w = &g.wait_after_dependencies_s;
+            let _ = writeln!(
+                s,
+                "  dependencies   {} jobs named dependencies, {} waited for them, {} rejected; {} cancelled when an after_ok dependency failed; {} started, {} succeeded; started p50 {:.0} s, p99 {:.0} s, max {:.0} s (mean {:.0} s) after their dependencies ended; {} jobs failed",
+                g.dependent_jobs,
+                g.waited_for_dependencies,
+                g.rejected,
+                g.cancelled_by_failed_dependency,
+                g.started,
+                g.succeeded,
+                w.p50,
+                w.p99,
+                w.max,
+                g.mean_wait_after_dependencies_s,
+                g.jobs_failed
+            );
+            for a in &g.arrays {
+                let limit = a
+                    .max_running
+                    .map_or("no limit".to_string(), |n| format!("max_running {n}"));
+                let _ = writeln!(
+                    s,
+                    "  array {:<8} {}: {} tasks, {limit}; at most {} held quota and {} ran at once; {} succeeded, {} ended otherwise; waited p50 {:.0} s, p99 {:.0} s, max {:.0} s; {:.0} s from the first submission to the last end",
+                    a.array,
+                    a.tenant,
+                    a.tasks,
+                    a.peak_holding_quota,
+                    a.peak_running,
+                    a.succeeded,
+                    a.ended_otherwise,
+                    a.wait_s.p50,
+                    a.wait_s.p99,
+                    a.wait_s.max,
+                    a.span_s
+                );
+            }
+        }
         let _ = writeln!(s);
         if let Some(ok) = self.replay_hash_matches {
             let _ = writeln!(s, "replay_hash_matches: {ok}");
@@ -500,6 +600,96 @@ fn operations(o: &crate::engine::Operations) -> Option<OperationsReport> {
         unadmitted: o.unadmitted,
         refused: o.refused,
     })
+}
+
+/// The gates section, from the final state and the engine's counts.
+fn gates(sim: &Simulator) -> Option<GatesReport> {
+    use gpusched_model::JobId;
+    let g = &sim.measurements.gates;
+    if !g.any() {
+        return None;
+    }
+    let state = sim.state();
+    let secs = |ms: u64| ms as f64 / 1000.0;
+    let mut r = GatesReport {
+        cancelled_by_failed_dependency: g.dependency_failed,
+        ..GatesReport::default()
+    };
+    let mut waits = Vec::new();
+    let mut arrays: BTreeMap<u64, (ArrayReport, Vec<f64>, u64, u64)> = BTreeMap::new();
+    for id in 1..=state.job_count() as u64 {
+        let Some(j) = state.job(JobId(id)) else {
+            continue;
+        };
+        r.jobs_failed += u64::from(j.phase == Phase::Failed);
+        if let Some(task) = j.spec.array {
+            let (a, w, first, last) = arrays.entry(task.array).or_insert_with(|| {
+                (
+                    ArrayReport {
+                        array: task.array,
+                        tenant: j.spec.tenant.clone(),
+                        max_running: task.max_running,
+                        ..ArrayReport::default()
+                    },
+                    Vec::new(),
+                    u64::MAX,
+                    0,
+                )
+            });
+            a.tasks += 1;
+            match j.phase {
+                Phase::Succeeded => a.succeeded += 1,
+                p if p.is_terminal() => a.ended_otherwise += 1,
+                _ => {}
+            }
+            if let Some(s) = j.first_started_at {
+                w.push(secs(s.millis_since(j.submitted_at)));
+            }
+            *first = (*first).min(j.submitted_at.0);
+            *last = (*last).max(j.ended_at.map_or(0, |e| e.0));
+        }
+        if j.spec.after_ok.is_empty() && j.spec.after.is_empty() {
+            continue;
+        }
+        r.dependent_jobs += 1;
+        if j.phase == Phase::Rejected {
+            r.rejected += 1;
+            continue;
+        }
+        // When the last dependency ended (None: one never did).
+        let released = j
+            .spec
+            .dependencies()
+            .map(|(d, _)| state.job(d).and_then(|d| d.ended_at))
+            .try_fold(j.submitted_at, |t, e| e.map(|e| t.max(e)));
+        if released.is_none_or(|t| t > j.submitted_at) {
+            r.waited_for_dependencies += 1;
+        }
+        r.succeeded += u64::from(j.phase == Phase::Succeeded);
+        if let (Some(s), Some(from)) = (j.first_started_at, released) {
+            r.started += 1;
+            waits.push(secs(s.millis_since(from)));
+        }
+    }
+    r.mean_wait_after_dependencies_s = if waits.is_empty() {
+        0.0
+    } else {
+        waits.iter().sum::<f64>() / waits.len() as f64
+    };
+    r.wait_after_dependencies_s = Percentiles::of(waits);
+    r.arrays = arrays
+        .into_values()
+        .map(|(mut a, w, first, last)| {
+            if let Some(c) = g.arrays.get(&a.array) {
+                a.peak_holding_quota = c.peak_holding;
+                a.peak_running = c.peak_running;
+            }
+            a.wait_s = Percentiles::of(w);
+            a.span_s = secs(last.saturating_sub(first));
+            a
+        })
+        .collect();
+    Some(r)
 }
 
 #[cfg(test)]

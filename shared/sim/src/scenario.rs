@@ -4,12 +4,14 @@
 //! checkpointing training jobs; three hours later the quota owner returns
 //! and must reclaim its share by preemption. `maintenance` — the same two
 //! tenants while an admin holds, drains and stops their queues and evicts
-//! nodes for maintenance.
+//! nodes for maintenance. `pipeline` — one tenant's prep → train → eval
+//! pipelines chained by dependencies, some failing, while the other runs
+//! a large job array under a limit on tasks at once.
 //!
 //! Must never: decide anything about scheduling.
 
 use crate::cluster::Cluster;
-use crate::workload::{Workload, WorkloadItem, WorkloadKind};
+use crate::workload::{link, Links, Workload, WorkloadItem, WorkloadKind};
 use gpusched_events::QueueState;
 use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp};
 use rand::{Rng, SeedableRng};
@@ -212,6 +214,113 @@ pub fn maintenance(seed: u64) -> (Cluster, Workload) {
     (cluster, workload)
 }
 
+/// Pipelines in the pipeline scenario.
+pub const PIPELINES: usize = 24;
+/// Of those, how many have a prep that fails.
+pub const FAILING_PREPS: usize = 6;
+/// Tasks of the pipeline scenario's array.
+pub const ARRAY_TASKS: u32 = 200;
+/// The array's limit on tasks queued for quota or holding it at once.
+pub const ARRAY_MAX_RUNNING: u32 = 16;
+
+/// The pipeline scenario, on the reclaim scenario's cluster.
+///
+/// - `research` submits a pipeline every 10 minutes (plus up to a minute)
+///   from t = 0, 24 in all, each four jobs at once: prep (1×8, 15–25 min)
+///   → train (2×8 in one block, 100–140 min, checkpointing every 30 min;
+///   `after_ok` prep) → eval (1×8, 8–12 min; `after_ok` train) → cleanup
+///   (one GPU, 5 min; `after` eval: it runs however the pipeline ended).
+///   The preps of 6 pipelines fail after 2–10 minutes, so their train is
+///   cancelled (`JobDependencyFailed`), then their eval; their cleanup
+///   runs.
+/// - At 5 min `batch` submits a job array of 200 tasks (1×8, 10–20 min
+///   each) with `max_running` 16: at most 16 are queued for quota or hold
+///   it at once, though the cluster has room for more.
+///
+/// Jobs are numbered in submit order: pipeline 0 is jobs 1–4, the array
+/// jobs 5–204 (its id is 5), pipeline k ≥ 1 jobs 201 + 4k to 204 + 4k.
+/// The seed varies durations, jitter and which preps fail.
+pub fn pipeline(seed: u64) -> (Cluster, Workload) {
+    let (cluster, _) = reclaim(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7069_7065);
+    let failing: Vec<usize> =
+        rand::seq::index::sample(&mut rng, PIPELINES, FAILING_PREPS).into_vec();
+    let mut drafts: Vec<(WorkloadItem, Links)> = Vec::new();
+    let names = |k: usize, stage: &str| format!("p{k}-{stage}");
+    for k in 0..PIPELINES {
+        let at = Timestamp::from_secs(k as u64 * 600 + rng.gen_range(0..60));
+        let fails = failing.contains(&k);
+        let prep_s = if fails {
+            rng.gen_range(120..=600)
+        } else {
+            rng.gen_range(900..=1500)
+        };
+        let train_s = rng.gen_range(6000..=8400);
+        let eval_s = rng.gen_range(480..=720);
+        let mut stage = |name: &str,
+                         workers: u32,
+                         gpus: u32,
+                         duration_s: u64,
+                         fails: bool,
+                         after_ok: &[&str],
+                         after: &[&str]| {
+            let mut spec = job(
+                "research",
+                workers,
+                if workers == 1 { "node" } else { "block" },
+                (duration_s > 3600).then_some(CheckpointPolicy {
+                    interval_s: 1800,
+                    duration_s: 60,
+                }),
+            );
+            spec.gpus_per_worker = gpus;
+            let kind = if fails {
+                WorkloadKind::SubmitFailing { spec, duration_s }
+            } else {
+                WorkloadKind::Submit { spec, duration_s }
+            };
+            let links = Links {
+                id: Some(names(k, name)),
+                after_ok: after_ok.iter().map(|s| names(k, s)).collect(),
+                after: after.iter().map(|s| names(k, s)).collect(),
+                ..Links::default()
+            };
+            drafts.push((WorkloadItem { at, kind }, links));
+        };
+        stage("prep", 1, 8, prep_s, fails, &[], &[]);
+        stage("train", 2, 8, train_s, false, &["prep"], &[]);
+        stage("eval", 1, 8, eval_s, false, &["train"], &[]);
+        stage("cleanup", 1, 1, 300, false, &[], &["eval"]);
+    }
+    for _ in 0..ARRAY_TASKS {
+        drafts.push((
+            WorkloadItem {
+                at: Timestamp::from_secs(300),
+                kind: WorkloadKind::Submit {
+                    spec: job("batch", 1, "node", None),
+                    duration_s: rng.gen_range(600..=1200),
+                },
+            },
+            Links {
+                array: Some("sweep".into()),
+                array_max_running: Some(ARRAY_MAX_RUNNING),
+                ..Links::default()
+            },
+        ));
+    }
+    let items = match link(drafts, &|i| format!("item {i}")) {
+        Ok(items) => items,
+        Err(e) => unreachable!("the pipeline scenario's links are checked by tests: {e:?}"),
+    };
+    let workload = Workload {
+        items,
+        description: format!(
+            "pipeline scenario (seed {seed}): research submits {PIPELINES} pipelines, one every 10 min, each prep 1×8 (15–25 min) → train 2×8 (100–140 min, after_ok prep) → eval 1×8 (8–12 min, after_ok train) → cleanup 1 GPU (5 min, after eval); {FAILING_PREPS} preps fail; batch submits a {ARRAY_TASKS}-task array of 1×8, 10–20 min jobs at 5 min with max_running {ARRAY_MAX_RUNNING}"
+        ),
+    };
+    (cluster, workload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,16 +336,9 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn the_maintenance_scenario_runs_every_operation_and_replays() {
-        use crate::{Report, SimOptions, Simulator};
+        use crate::Report;
         let (c, w) = maintenance(1);
-        let opts = SimOptions {
-            cycle: c.cycle,
-            until: None,
-            record_events: true,
-            restore_ms: 0,
-        };
-        let mut sim = Simulator::new(&c, w, opts).unwrap();
-        sim.run(&mut |_| {}).unwrap();
+        let sim = run_recorded(&c, w);
         let r = Report::build(&sim, String::new());
         let o = r.operations.expect("operations reported");
         // Every operation took effect: none named a missing tenant or node.
@@ -258,5 +360,177 @@ mod tests {
         assert_eq!(r.jobs_rejected, o.refused);
         let replayed = crate::replay(sim.log()).unwrap();
         assert_eq!(replayed.state_hash(), sim.state().state_hash());
+    }
+
+    /// The pipeline scenario run to its end, keeping every event.
+    fn run_pipeline(seed: u64) -> crate::Simulator {
+        let (c, w) = pipeline(seed);
+        run_recorded(&c, w)
+    }
+
+    /// A scenario run to its end, keeping every event.
+    #[allow(clippy::unwrap_used)]
+    fn run_recorded(c: &Cluster, w: Workload) -> crate::Simulator {
+        use crate::{SimOptions, Simulator};
+        let opts = SimOptions {
+            cycle: c.cycle,
+            until: None,
+            record_events: true,
+            restore_ms: 0,
+        };
+        let mut sim = Simulator::new(c, w, opts).unwrap();
+        sim.run(&mut |_| {}).unwrap();
+        sim
+    }
+
+    #[test]
+    fn the_pipeline_scenario_numbers_its_jobs_as_documented() {
+        use gpusched_model::JobId;
+        let (c, w) = pipeline(1);
+        assert_eq!(c.gpus, 512);
+        assert_eq!(w, pipeline(1).1);
+        assert_ne!(w.items, pipeline(2).1.items);
+        let jobs: Vec<(&JobSpec, bool)> = w
+            .items
+            .iter()
+            .filter_map(|i| i.kind.submission().map(|(s, _, fails)| (s, fails)))
+            .collect();
+        assert_eq!(jobs.len(), PIPELINES * 4 + ARRAY_TASKS as usize);
+        assert_eq!(jobs.iter().filter(|j| j.1).count(), FAILING_PREPS);
+        // Job n is the n-th submission: pipeline 0 is jobs 1–4, the array
+        // jobs 5–204, pipeline k ≥ 1 jobs 201 + 4k to 204 + 4k.
+        let job = |n: u64| jobs[n as usize - 1].0;
+        for k in 0..PIPELINES as u64 {
+            let prep = if k == 0 { 1 } else { 201 + 4 * k };
+            assert_eq!(job(prep).after_ok, vec![]);
+            assert_eq!(job(prep + 1).after_ok, vec![JobId(prep)]);
+            assert_eq!(job(prep + 2).after_ok, vec![JobId(prep + 1)]);
+            assert_eq!(job(prep + 3).after, vec![JobId(prep + 2)]);
+            assert!((prep..prep + 4).all(|n| job(n).tenant == "research"));
+        }
+        for (index, n) in (5..5 + u64::from(ARRAY_TASKS)).enumerate() {
+            let a = job(n).array.expect("an array task");
+            assert_eq!((a.array, a.index), (5, index as u32));
+            assert_eq!(a.max_running, Some(ARRAY_MAX_RUNNING));
+            assert_eq!(job(n).tenant, "batch");
+        }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn the_pipeline_scenario_gates_jobs_and_replays() {
+        use crate::Report;
+        use gpusched_core::{Phase, State};
+        use gpusched_events::{Event, Outcome};
+        use gpusched_model::JobId;
+        let sim = run_pipeline(1);
+        let r = Report::build(&sim, String::new());
+        let g = r.gates.clone().expect("gates reported");
+        assert!(r.operations.is_none());
+        // Trains, evals and cleanups named dependencies and waited for them.
+        assert_eq!(g.dependent_jobs, 3 * PIPELINES as u64);
+        assert_eq!(g.waited_for_dependencies, g.dependent_jobs);
+        // A failed prep cancels its train, and that its eval; cleanups run.
+        assert_eq!(g.jobs_failed, FAILING_PREPS as u64);
+        assert_eq!(g.cancelled_by_failed_dependency, 2 * FAILING_PREPS as u64);
+        assert_eq!(
+            g.started,
+            g.dependent_jobs - g.cancelled_by_failed_dependency
+        );
+        assert_eq!((g.rejected, r.jobs_unfinished), (0, 0));
+        let a = &g.arrays[..];
+        assert_eq!(a.len(), 1);
+        assert_eq!((a[0].array, a[0].tasks, a[0].succeeded), (5, 200, 200));
+        // The limit holds, and binds: the cluster had room for more.
+        assert_eq!(a[0].peak_holding_quota, u64::from(ARRAY_MAX_RUNNING));
+        assert_eq!(a[0].peak_running, u64::from(ARRAY_MAX_RUNNING));
+
+        // Replayed event by event: no dependent is admitted before its
+        // dependencies succeeded (after_ok) or ended (after); no more than
+        // 16 of the array's tasks hold quota at once.
+        let log = sim.log();
+        let mut s = State::new();
+        let mut peak = 0;
+        for e in log {
+            if let Event::JobAdmitted { job, .. } = e {
+                let spec = &s.job(*job).unwrap().spec;
+                for d in &spec.after_ok {
+                    assert_eq!(s.job(*d).unwrap().phase, Phase::Succeeded, "{job} admitted");
+                }
+                for d in &spec.after {
+                    assert!(s.job(*d).unwrap().phase.is_terminal(), "{job} admitted");
+                }
+            }
+            s.apply(e).unwrap();
+            let holding = (5..5 + u64::from(ARRAY_TASKS))
+                .filter(|&n| s.job(JobId(n)).is_some_and(|j| j.phase.holds_quota()))
+                .count() as u64;
+            assert!(
+                holding <= u64::from(ARRAY_MAX_RUNNING),
+                "{holding} at {e:?}"
+            );
+            assert!(s
+                .array_slots(5)
+                .is_none_or(|a| a.taken <= ARRAY_MAX_RUNNING));
+            peak = peak.max(holding);
+        }
+        assert_eq!(peak, a[0].peak_holding_quota);
+        s.check_invariants().unwrap();
+        assert_eq!(s.state_hash(), sim.state().state_hash());
+
+        // Each failed prep's train was cancelled by JobDependencyFailed
+        // naming it, and that train's eval naming the train.
+        let failed: Vec<JobId> = log
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobFinished {
+                    job,
+                    outcome: Outcome::Failed,
+                    ..
+                } => Some(*job),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failed.len(), FAILING_PREPS);
+        let cancelled = |job: JobId, dependency: JobId| {
+            log.iter().any(|e| {
+                matches!(e, Event::JobDependencyFailed { job: j, dependency: d, .. }
+                    if *j == job && *d == dependency)
+            })
+        };
+        for prep in failed {
+            let (train, eval, cleanup) = (JobId(prep.0 + 1), JobId(prep.0 + 2), JobId(prep.0 + 3));
+            assert_eq!(s.job(train).unwrap().spec.after_ok, vec![prep]);
+            assert!(
+                cancelled(train, prep),
+                "train {train} of failed prep {prep}"
+            );
+            assert!(
+                cancelled(eval, train),
+                "eval {eval} of cancelled train {train}"
+            );
+            assert_eq!(s.job(train).unwrap().first_started_at, None);
+            assert_eq!(s.job(cleanup).unwrap().phase, Phase::Succeeded);
+        }
+    }
+
+    #[test]
+    fn the_pipeline_scenario_is_deterministic() {
+        use crate::Report;
+        let report = |sim: &crate::Simulator| {
+            let mut v = serde_json::to_value(Report::build(sim, String::new())).ok();
+            // Wall-clock measurements vary from run to run.
+            if let Some(m) = v.as_mut().and_then(|v| v.as_object_mut()) {
+                for k in ["wall_s", "decisions_per_s", "cycle", "victim_search"] {
+                    m.remove(k);
+                }
+            }
+            v
+        };
+        let (a, b) = (run_pipeline(1), run_pipeline(1));
+        assert_eq!(a.log(), b.log());
+        assert_eq!(report(&a), report(&b));
+        assert!(report(&a).is_some_and(|r| r["gates"].is_object()));
+        assert_ne!(a.state().state_hash(), run_pipeline(2).state().state_hash());
     }
 }

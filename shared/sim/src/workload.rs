@@ -1,9 +1,13 @@
 //! Workloads: what the simulator submits, and when.
 //!
 //! Owns: reading the native CSV format, the ITP traces, the synthetic
-//! generator and the built-in demo workload into one time-ordered list.
+//! generator and the built-in demo workload into one time-ordered list,
+//! and turning submissions that name earlier ones (dependencies, an
+//! array's tasks) into the job ids the simulator will give them ([`link`]).
 //!
-//! Must never: decide anything about scheduling.
+//! Must never: decide anything about scheduling: a dependency the
+//! scheduler would refuse (another tenant's job) is passed on for it to
+//! refuse.
 
 use gpusched_events::QueueState;
 use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp, LEVEL_ANY, LEVEL_NODE};
@@ -19,6 +23,15 @@ pub enum WorkloadKind {
         /// The job as submitted.
         spec: JobSpec,
         /// How long it really runs once started (the scheduler does not know this).
+        duration_s: u64,
+    },
+    /// A user submits a job that, once started, runs `duration_s` seconds
+    /// and then fails (its program exits with an error): jobs that wait
+    /// on it with `after_ok` are cancelled, those with `after` go on.
+    SubmitFailing {
+        /// The job as submitted.
+        spec: JobSpec,
+        /// How long it runs once started before it fails.
         duration_s: u64,
     },
     /// A node is lost.
@@ -59,17 +72,252 @@ pub struct Workload {
     pub description: String,
 }
 
+impl WorkloadKind {
+    /// The job submitted, its run time, and whether it then fails; `None`
+    /// for what is not a submission.
+    pub fn submission(&self) -> Option<(&JobSpec, u64, bool)> {
+        match self {
+            WorkloadKind::Submit { spec, duration_s } => Some((spec, *duration_s, false)),
+            WorkloadKind::SubmitFailing { spec, duration_s } => Some((spec, *duration_s, true)),
+            WorkloadKind::NodeLost { .. }
+            | WorkloadKind::Queue { .. }
+            | WorkloadKind::NodeEvict { .. } => None,
+        }
+    }
+}
+
 impl Workload {
     /// The submissions in time order, as (when, spec, true duration in
     /// seconds); lost nodes are left out. For drivers that submit through
-    /// the API and let a simulated agent run each job.
+    /// the API and let a simulated agent run each job: a failing job is
+    /// submitted like any other (the driver's agent decides how it ends),
+    /// and dependencies keep the job ids the simulator would give (from 1
+    /// in submit order).
     pub fn into_submissions(self) -> impl Iterator<Item = (Timestamp, JobSpec, u64)> {
         self.items.into_iter().filter_map(|i| match i.kind {
-            WorkloadKind::Submit { spec, duration_s } => Some((i.at, spec, duration_s)),
+            WorkloadKind::Submit { spec, duration_s }
+            | WorkloadKind::SubmitFailing { spec, duration_s } => Some((i.at, spec, duration_s)),
             WorkloadKind::NodeLost { .. }
             | WorkloadKind::Queue { .. }
             | WorkloadKind::NodeEvict { .. } => None,
         })
+    }
+}
+
+/// What a submission says about other submissions before job ids are
+/// known: the jobs it waits on and the array it is a task of, by name.
+/// The simulator numbers jobs from 1 in submit order (time, then the
+/// order given), so [`link`] turns names into job ids once the workload
+/// is sorted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Links {
+    /// This submission's name, for later ones to wait on.
+    pub id: Option<String>,
+    /// Submissions that must succeed first (`after_ok`).
+    pub after_ok: Vec<String>,
+    /// Submissions that must end first, however (`after`).
+    pub after: Vec<String>,
+    /// The array this job is a task of, by name: tasks are indexed from 0
+    /// in submit order, and the array's id is its first task's job id.
+    pub array: Option<String>,
+    /// At most this many of the array's tasks queued for quota or holding
+    /// it at once (`%N`): set by its first task; a later task repeats it
+    /// or leaves it out.
+    pub array_max_running: Option<u32>,
+}
+
+/// Why [`link`] refused a submission: which one (its place in the list
+/// given), the field at fault and the rule it broke.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkError {
+    /// The submission's place in the list given to [`link`].
+    pub index: usize,
+    /// The field at fault (`id`, `after_ok`, `after`, `array`,
+    /// `array_max_running`, or a job field [`JobSpec::check_fields`] names).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A submission's links as job ids.
+#[derive(Clone)]
+struct Resolved {
+    after_ok: Vec<gpusched_model::JobId>,
+    after: Vec<gpusched_model::JobId>,
+    array: Option<gpusched_model::ArrayTask>,
+}
+
+/// One array met so far, while linking.
+struct ArrayDraft {
+    id: u64,
+    tenant: String,
+    limit: Option<u32>,
+    tasks: u32,
+    first: usize,
+}
+
+/// Sorts items by time (stable: the order given breaks ties) and turns
+/// each submission's [`Links`] into its spec's `after_ok`, `after` and
+/// `array` (replacing what they held), numbering jobs from 1 in that
+/// order as the simulator does.
+/// A name must be unique among submissions, and a dependency must be
+/// submitted before its dependent; an array's tasks are one tenant's.
+/// Whether a dependency is of the same tenant is left to the scheduler,
+/// which rejects the job naming the field. `describe(i)` names the i-th
+/// item in messages (e.g. `line 7`). Links of items that are not
+/// submissions are ignored.
+pub fn link(
+    drafts: Vec<(WorkloadItem, Links)>,
+    describe: &dyn Fn(usize) -> String,
+) -> Result<Vec<WorkloadItem>, LinkError> {
+    use gpusched_model::{ArrayTask, JobId, MAX_ARRAY_TASKS};
+    use std::collections::HashMap;
+    let err = |index: usize, field: &str, message: String| LinkError {
+        index,
+        field: field.to_string(),
+        message,
+    };
+    let mut order: Vec<usize> = (0..drafts.len()).collect();
+    order.sort_by_key(|&i| drafts[i].0.at);
+    // Job ids and ranks in submit order; names to the item that has them.
+    let mut job_of: Vec<Option<JobId>> = vec![None; drafts.len()];
+    let mut rank = vec![0usize; drafts.len()];
+    let mut next = 1u64;
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r;
+        if drafts[i].0.kind.submission().is_some() {
+            job_of[i] = Some(JobId(next));
+            next += 1;
+        }
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for &i in &order {
+        let (item, links) = &drafts[i];
+        let Some(name) = links.id.as_deref() else {
+            continue;
+        };
+        if item.kind.submission().is_none() {
+            continue;
+        }
+        if let Some(&first) = names.get(name) {
+            return Err(err(
+                i,
+                "id",
+                format!("{name:?} is already the id of {}", describe(first)),
+            ));
+        }
+        names.insert(name, i);
+    }
+    let mut resolved: Vec<Option<Resolved>> = vec![None; drafts.len()];
+    let mut arrays: HashMap<&str, ArrayDraft> = HashMap::new();
+    for &i in &order {
+        let (item, links) = &drafts[i];
+        let (Some((spec, _, _)), Some(me)) = (item.kind.submission(), job_of[i]) else {
+            continue;
+        };
+        let mut named: Vec<String> = Vec::new();
+        let mut deps = |field: &str, list: &[String]| -> Result<Vec<JobId>, LinkError> {
+            let mut out = Vec::with_capacity(list.len());
+            for name in list {
+                if named.contains(name) {
+                    return Err(err(i, field, format!("{name:?} is named twice")));
+                }
+                named.push(name.clone());
+                let Some(&d) = names.get(name.as_str()) else {
+                    return Err(err(i, field, format!("no job has the id {name:?}")));
+                };
+                if rank[d] >= rank[i] {
+                    return Err(err(
+                        i,
+                        field,
+                        format!(
+                            "{name:?} ({}) is not submitted before this job; a job may only wait on earlier ones",
+                            describe(d)
+                        ),
+                    ));
+                }
+                out.extend(job_of[d]);
+            }
+            Ok(out)
+        };
+        let after_ok = deps("after_ok", &links.after_ok)?;
+        let after = deps("after", &links.after)?;
+        let array = match links.array.as_deref() {
+            None => None,
+            Some(name) => {
+                let a = arrays.entry(name).or_insert_with(|| ArrayDraft {
+                    id: me.0,
+                    tenant: spec.tenant.clone(),
+                    limit: links.array_max_running,
+                    tasks: 0,
+                    first: i,
+                });
+                if a.tenant != spec.tenant {
+                    return Err(err(
+                        i,
+                        "array",
+                        format!(
+                            "array {name:?} is tenant {}'s (its first task, {}); an array's tasks are one tenant's",
+                            a.tenant,
+                            describe(a.first)
+                        ),
+                    ));
+                }
+                if links.array_max_running.is_some_and(|n| Some(n) != a.limit) {
+                    let limit = a
+                        .limit
+                        .map_or("no limit".to_string(), |n| format!("the limit {n}"));
+                    return Err(err(
+                        i,
+                        "array_max_running",
+                        format!(
+                            "array {name:?} has {limit} (set by its first task, {}); a later task repeats it or leaves it out",
+                            describe(a.first)
+                        ),
+                    ));
+                }
+                if a.tasks as usize >= MAX_ARRAY_TASKS {
+                    return Err(err(
+                        i,
+                        "array",
+                        format!("array {name:?} would hold more than {MAX_ARRAY_TASKS} tasks"),
+                    ));
+                }
+                a.tasks += 1;
+                Some(ArrayTask {
+                    array: a.id,
+                    index: a.tasks - 1,
+                    max_running: a.limit,
+                })
+            }
+        };
+        resolved[i] = Some(Resolved {
+            after_ok,
+            after,
+            array,
+        });
+    }
+    let mut slots: Vec<Option<WorkloadItem>> = Vec::with_capacity(drafts.len());
+    for (i, (mut item, _)) in drafts.into_iter().enumerate() {
+        if let (Some(r), Some(spec)) = (resolved[i].take(), spec_mut(&mut item.kind)) {
+            spec.after_ok = r.after_ok;
+            spec.after = r.after;
+            spec.array = r.array;
+            spec.check_fields()
+                .map_err(|e| err(i, &e.field, e.rule.to_string()))?;
+        }
+        slots.push(Some(item));
+    }
+    Ok(order.iter().filter_map(|&i| slots[i].take()).collect())
+}
+
+/// The spec of a submission, to fill in its links.
+fn spec_mut(kind: &mut WorkloadKind) -> Option<&mut JobSpec> {
+    match kind {
+        WorkloadKind::Submit { spec, .. } | WorkloadKind::SubmitFailing { spec, .. } => Some(spec),
+        WorkloadKind::NodeLost { .. }
+        | WorkloadKind::Queue { .. }
+        | WorkloadKind::NodeEvict { .. } => None,
     }
 }
 
@@ -323,27 +571,40 @@ struct NativeRow {
     flavors: Option<String>,
     topology: Option<String>,
     node: Option<String>,
+    id: Option<String>,
+    after_ok: Option<String>,
+    after: Option<String>,
+    fails: Option<String>,
+    array: Option<String>,
+    array_max_running: Option<String>,
 }
 
 impl NativeRow {
-    fn into_item(self, ctx: &RowCtx<'_>) -> Result<WorkloadItem, WorkloadError> {
+    /// The row's item, and its links to other rows (none for an event).
+    fn into_item(self, ctx: &RowCtx<'_>) -> Result<(WorkloadItem, Links), WorkloadError> {
         let at = ctx.timestamp("submit_s", ctx.required("submit_s", &self.submit_s)?)?;
         let event = self.event.as_deref().unwrap_or("job");
         match event.to_ascii_lowercase().as_str() {
             "job" => {}
             "node_lost" => {
                 let node = ctx.required("node", &self.node)?.to_string();
-                return Ok(WorkloadItem {
-                    at,
-                    kind: WorkloadKind::NodeLost { node },
-                });
+                return Ok((
+                    WorkloadItem {
+                        at,
+                        kind: WorkloadKind::NodeLost { node },
+                    },
+                    Links::default(),
+                ));
             }
             "node_evict" => {
                 let node = ctx.required("node", &self.node)?.to_string();
-                return Ok(WorkloadItem {
-                    at,
-                    kind: WorkloadKind::NodeEvict { node },
-                });
+                return Ok((
+                    WorkloadItem {
+                        at,
+                        kind: WorkloadKind::NodeEvict { node },
+                    },
+                    Links::default(),
+                ));
             }
             "queue_hold" | "queue_release" | "queue_drain" | "queue_stop" => {
                 let tenant = ctx.required("tenant", &self.tenant)?.to_string();
@@ -353,10 +614,13 @@ impl NativeRow {
                     "queue_stop" => QueueState::Stopped,
                     _ => QueueState::Open,
                 };
-                return Ok(WorkloadItem {
-                    at,
-                    kind: WorkloadKind::Queue { tenant, state },
-                });
+                return Ok((
+                    WorkloadItem {
+                        at,
+                        kind: WorkloadKind::Queue { tenant, state },
+                    },
+                    Links::default(),
+                ));
             }
             _ => {
                 return Err(ctx.parse_err(
@@ -444,11 +708,51 @@ impl NativeRow {
             };
             ctx.invalid(field, e.rule.as_str())
         })?;
-        Ok(WorkloadItem {
-            at,
-            kind: WorkloadKind::Submit { spec, duration_s },
-        })
+        let fails = match self.fails.as_deref() {
+            Some(f) => ctx.bool("fails", f)?,
+            None => false,
+        };
+        let array_max_running = match self.array_max_running.as_deref() {
+            Some(_) if self.array.is_none() => {
+                return Err(ctx.invalid("array_max_running", "given without array"))
+            }
+            Some(n) => match ctx.u32("array_max_running", n)? {
+                0 => return Err(ctx.invalid("array_max_running", "must be at least 1")),
+                n => Some(n),
+            },
+            None => None,
+        };
+        let links = Links {
+            id: self.id,
+            after_ok: id_list(ctx, "after_ok", self.after_ok.as_deref())?,
+            after: id_list(ctx, "after", self.after.as_deref())?,
+            array: self.array,
+            array_max_running,
+        };
+        let kind = if fails {
+            WorkloadKind::SubmitFailing { spec, duration_s }
+        } else {
+            WorkloadKind::Submit { spec, duration_s }
+        };
+        Ok((WorkloadItem { at, kind }, links))
     }
+}
+
+/// A `;`-separated list of row ids (`after_ok`, `after`); empty when the
+/// field is missing or empty.
+fn id_list(
+    ctx: &RowCtx<'_>,
+    field: &str,
+    value: Option<&str>,
+) -> Result<Vec<String>, WorkloadError> {
+    let Some(v) = value else {
+        return Ok(Vec::new());
+    };
+    let ids: Vec<String> = v.split(';').map(|s| s.trim().to_string()).collect();
+    if ids.iter().any(|s| s.is_empty()) {
+        return Err(ctx.parse_err(field, "must not contain empty ids"));
+    }
+    Ok(ids)
 }
 
 /// Loads a workload in the native CSV format from a file; see [`parse_native`].
@@ -481,19 +785,38 @@ pub fn load_native(path: &Path) -> Result<Workload, WorkloadError> {
 ///   for maintenance), which need only `submit_s` and `node` (the node's
 ///   name), or `queue_hold`, `queue_release`, `queue_drain`, `queue_stop`,
 ///   which need only `submit_s` and `tenant`; they ignore the other columns.
+/// - `fails` (`true/false/1/0/yes/no`, default false): the job runs
+///   `duration_s` and then fails instead of succeeding.
+/// - `id` (a name unique among job rows), `after_ok` and `after`
+///   (`;`-separated ids of rows submitted before this one: an earlier
+///   `submit_s`, or the same one on an earlier line): the job waits for
+///   those to succeed, or to end however ([`link`]).
+/// - `array` (a name shared by an array's rows) and `array_max_running`
+///   (its `%N`, on its first row; later rows repeat it or leave it empty):
+///   the rows are one array's tasks, indexed from 0 in submit order.
 ///
 /// Each job is checked with [`JobSpec::check_fields`]. Items are sorted by
-/// time; rows with equal times keep their file order.
+/// time; rows with equal times keep their file order. Jobs are numbered
+/// from 1 in that order, as the simulator numbers them.
 pub fn parse_native<R: Read>(reader: R, source_name: &str) -> Result<Workload, WorkloadError> {
-    let mut items = Vec::new();
+    let mut drafts = Vec::new();
+    let mut lines = Vec::new();
     for_each_row(reader, source_name, |row: NativeRow, ctx| {
-        items.push(row.into_item(&ctx)?);
+        drafts.push(row.into_item(&ctx)?);
+        lines.push(ctx.line);
         Ok(())
     })?;
-    sort_items(&mut items);
+    let line = |i: usize| lines.get(i).copied().unwrap_or(0);
+    let items =
+        link(drafts, &|i| format!("line {}", line(i))).map_err(|e| WorkloadError::Invalid {
+            file: source_name.to_string(),
+            line: line(e.index),
+            field: e.field,
+            message: e.message,
+        })?;
     let jobs = items
         .iter()
-        .filter(|i| matches!(i.kind, WorkloadKind::Submit { .. }))
+        .filter(|i| i.kind.submission().is_some())
         .count();
     let losses = items
         .iter()
@@ -505,10 +828,35 @@ pub fn parse_native<R: Read>(reader: R, source_name: &str) -> Result<Workload, W
     } else {
         String::new()
     };
+    let gates = gates_note(&items);
     Ok(Workload {
         items,
-        description: format!("native CSV {source_name}: {jobs} jobs, {losses} node losses{ops}"),
+        description: format!(
+            "native CSV {source_name}: {jobs} jobs, {losses} node losses{ops}{gates}"
+        ),
     })
+}
+
+/// `, N with dependencies, N array tasks, N failing` for what a
+/// workload has of these (empty when none).
+fn gates_note(items: &[WorkloadItem]) -> String {
+    let (mut dependent, mut tasks, mut failing) = (0, 0, 0);
+    for (spec, _, fails) in items.iter().filter_map(|i| i.kind.submission()) {
+        dependent += usize::from(!spec.after_ok.is_empty() || !spec.after.is_empty());
+        tasks += usize::from(spec.array.is_some());
+        failing += usize::from(fails);
+    }
+    let mut note = String::new();
+    for (n, what) in [
+        (dependent, "with dependencies"),
+        (tasks, "array tasks"),
+        (failing, "failing"),
+    ] {
+        if n > 0 {
+            note.push_str(&format!(", {n} {what}"));
+        }
+    }
+    note
 }
 
 // ---------------------------------------------------------------------------
@@ -1048,6 +1396,93 @@ node_evict,5,
         )
         .unwrap_err();
         assert!(err.to_string().contains("field node"), "{err}");
+    }
+
+    #[test]
+    fn native_links_rows_by_id_in_submit_order() {
+        use gpusched_model::{ArrayTask, JobId};
+        // The train is written first but submitted after its prep; the
+        // array's tasks are numbered in submit order.
+        let w = native(
+            "submit_s,tenant,workers,gpus_per_worker,duration_s,id,after_ok,after,fails,array,array_max_running\n\
+             10,a,2,8,7200,train,prep,,,,\n\
+             0,a,1,8,600,prep,,,yes,,\n\
+             10,a,1,1,60,cleanup,,train,,,\n\
+             5,b,1,8,900,,,,,sweep,2\n\
+             5,b,1,8,900,,,,,sweep,\n\
+             6,b,1,8,900,,,,,sweep,2\n",
+        )
+        .unwrap();
+        let kinds: Vec<_> = w.items.iter().filter_map(|i| i.kind.submission()).collect();
+        assert_eq!(kinds.len(), 6);
+        // Job 1: prep (fails); 2–3: the array's first two tasks; 4: its
+        // third; 5: train; 6: cleanup.
+        assert!(kinds[0].2 && kinds.iter().skip(1).all(|k| !k.2));
+        assert_eq!(kinds[4].0.after_ok, vec![JobId(1)]);
+        assert_eq!(kinds[5].0.after, vec![JobId(5)]);
+        let task = |index| {
+            Some(ArrayTask {
+                array: 2,
+                index,
+                max_running: Some(2),
+            })
+        };
+        assert_eq!(
+            [kinds[1].0.array, kinds[2].0.array, kinds[3].0.array],
+            [task(0), task(1), task(2)]
+        );
+        assert!(w
+            .description
+            .ends_with("6 jobs, 0 node losses, 2 with dependencies, 3 array tasks, 1 failing"));
+    }
+
+    #[test]
+    fn native_link_errors_name_line_and_field() {
+        let head = "submit_s,tenant,workers,gpus_per_worker,duration_s,id,after_ok,after,array,array_max_running\n";
+        let err = |rows: &str| native(&format!("{head}{rows}")).unwrap_err().to_string();
+        assert_eq!(
+            err("0,a,1,8,60,x,,,,\n1,a,1,8,60,y,z,,,\n"),
+            "workload.csv line 3: field after_ok: no job has the id \"z\""
+        );
+        assert_eq!(
+            err("5,a,1,8,60,x,y,,,\n1,a,1,8,60,y,,,,\n0,a,1,8,60,z,,x,,\n"),
+            "workload.csv line 4: field after: \"x\" (line 2) is not submitted before this job; a job may only wait on earlier ones"
+        );
+        // The same second, a later line: not earlier either.
+        assert!(err("0,a,1,8,60,x,y,,,\n0,a,1,8,60,y,,,,\n").starts_with(
+            "workload.csv line 2: field after_ok: \"y\" (line 3) is not submitted before"
+        ));
+        assert_eq!(
+            err("0,a,1,8,60,x,,,,\n1,a,1,8,60,x,,,,\n"),
+            "workload.csv line 3: field id: \"x\" is already the id of line 2"
+        );
+        assert_eq!(
+            err("0,a,1,8,60,x,,,,\n1,a,1,8,60,y,x,x,,\n"),
+            "workload.csv line 3: field after: \"x\" is named twice"
+        );
+        assert_eq!(
+            err("0,a,1,8,60,x,,,,\n1,a,1,8,60,y,x;,,,\n"),
+            "workload.csv line 3: field after_ok: must not contain empty ids"
+        );
+        assert_eq!(
+            err("0,a,1,8,60,,,,s,4\n1,a,1,8,60,,,,s,8\n"),
+            "workload.csv line 3: field array_max_running: array \"s\" has the limit 4 (set by its first task, line 2); a later task repeats it or leaves it out"
+        );
+        assert_eq!(
+            err("0,a,1,8,60,,,,s,\n1,b,1,8,60,,,,s,\n"),
+            "workload.csv line 3: field array: array \"s\" is tenant a's (its first task, line 2); an array's tasks are one tenant's"
+        );
+        assert_eq!(
+            err("0,a,1,8,60,,,,,4\n"),
+            "workload.csv line 2: field array_max_running: given without array"
+        );
+        assert_eq!(
+            err("0,a,1,8,60,,,,s,0\n"),
+            "workload.csv line 2: field array_max_running: must be at least 1"
+        );
+        // An event row's links are ignored.
+        let w = native("event,submit_s,node,id,after_ok\nnode_lost,1,n0,x,y\n").unwrap();
+        assert_eq!(w.items.len(), 1);
     }
 
     #[test]

@@ -107,3 +107,37 @@ fn itp_trace_runs_end_to_end() {
     assert_eq!(r.jobs_finished + r.jobs_rejected, n);
     assert_eq!(replay(sim.log()).unwrap().state_hash(), r.state_hash);
 }
+
+#[test]
+fn a_failing_job_from_a_csv_cancels_what_waits_on_it_to_succeed() {
+    use gpusched_events::Event;
+    use gpusched_model::JobId;
+    let c = Cluster::demo();
+    let text = "submit_s,tenant,workers,gpus_per_worker,duration_s,id,after_ok,after,fails,array,array_max_running\n\
+                0,vision,1,8,600,prep,,,yes,,\n\
+                0,vision,1,8,3600,train,prep,,,,\n\
+                0,vision,1,1,60,cleanup,,train,,,\n\
+                0,vision,1,8,300,,,,,sweep,2\n\
+                0,vision,1,8,300,,,,,sweep,\n\
+                0,vision,1,8,300,,,,,sweep,\n";
+    let w = workload::parse_native(text.as_bytes(), "inline").unwrap();
+    let sim = run(&c, w);
+    let s = sim.state();
+    let phase = |n| s.job(JobId(n)).unwrap().phase;
+    assert_eq!(phase(1), Phase::Failed);
+    assert_eq!(phase(2), Phase::Cancelled);
+    assert_eq!(phase(3), Phase::Succeeded);
+    assert!(sim.log().contains(&Event::JobDependencyFailed {
+        job: JobId(2),
+        dependency: JobId(1),
+        at: gpusched_model::Timestamp::from_secs(600),
+    }));
+    // Two of the three tasks at once: the third starts when one ends.
+    let started = |n| s.job(JobId(n)).unwrap().first_started_at.unwrap().as_secs();
+    assert_eq!((started(4), started(5), started(6)), (0, 0, 300));
+    let r = Report::build(&sim, "csv".into());
+    let g = r.gates.unwrap();
+    assert_eq!((g.dependent_jobs, g.cancelled_by_failed_dependency), (2, 1));
+    assert_eq!(g.arrays[0].peak_holding_quota, 2);
+    assert_eq!(replay(sim.log()).unwrap().state_hash(), s.state_hash());
+}
