@@ -214,7 +214,7 @@ pub async fn get_array(
         tenant: tasks[0].spec.tenant.clone(),
         states,
         max_running,
-        slots_taken: max_running.map(|_| tasks.iter().filter(|j| j.array_slot).count() as u32),
+        slots_taken: max_running.map(|_| view.state().array_slots(id).map_or(0, |s| s.taken)),
         tasks: tasks
             .iter()
             .map(|j| ArrayTaskView {

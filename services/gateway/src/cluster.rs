@@ -89,8 +89,9 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
         match j.phase {
             Phase::Queued | Phase::Admitted => {
                 pending[t as usize][f] += 1;
-                let gate =
-                    gpusched_core::explain::gate_reason(j).filter(|_| j.phase == Phase::Queued);
+                let gate = (j.phase == Phase::Queued)
+                    .then(|| gpusched_core::explain::gate_reason(j))
+                    .flatten();
                 let reason = gate
                     .as_ref()
                     .or(j.last_reason.as_ref())

@@ -10,9 +10,9 @@
 //! Must never: charge quota or allocate GPUs.
 
 use crate::capacity::FlavorIdx;
-use crate::state::{Phase, State};
+use crate::state::{Dependency, State};
 use gpusched_events::{Event, RejectReason};
-use gpusched_model::{DependencyKind, Gpus, JobId, JobSpec, Timestamp};
+use gpusched_model::{Gpus, JobId, JobSpec, Timestamp};
 
 /// Checks a job specification against the current state, as the gateway
 /// does before it writes a submission (the job has no id yet).
@@ -37,26 +37,21 @@ fn check_dependencies(
 ) -> Result<(), RejectReason> {
     let order = job.and_then(|j| state.job(j)).map(|j| j.order);
     for (dep, kind) in spec.dependencies() {
-        let bad = |rule: String| RejectReason::InvalidField {
+        let rule = match state.dependency(&spec.tenant, order, dep, kind) {
+            Dependency::Pending | Dependency::Met => continue,
+            Dependency::NotOfTenant => format!("job {dep} is not a job of tenant {}", spec.tenant),
+            Dependency::NotEarlier => format!(
+                "job {dep} was submitted after this job; a job may only wait on earlier ones"
+            ),
+            Dependency::Failed(phase) => format!(
+                "job {dep} already ended {} and can never succeed",
+                phase.name()
+            ),
+        };
+        return Err(RejectReason::InvalidField {
             field: kind.field().into(),
             rule,
-        };
-        let d = state
-            .job(dep)
-            .filter(|d| d.spec.tenant == spec.tenant)
-            .ok_or_else(|| bad(format!("job {dep} is not a job of tenant {}", spec.tenant)))?;
-        if order.is_some_and(|o| d.order >= o) {
-            return Err(bad(format!(
-                "job {dep} was submitted after this job; a job may only wait on earlier ones"
-            )));
-        }
-        let ended_badly = d.phase.is_terminal() && d.phase != Phase::Succeeded;
-        if kind == DependencyKind::AfterOk && ended_badly {
-            return Err(bad(format!(
-                "job {dep} already ended {} and can never succeed",
-                d.phase.name()
-            )));
-        }
+        });
     }
     Ok(())
 }

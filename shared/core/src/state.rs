@@ -20,7 +20,7 @@ use gpusched_model::{
 use rustc_hash::FxHashMap;
 
 mod gates;
-pub use gates::ArraySlots;
+pub use gates::{ArraySlots, Dependency};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};

@@ -51,7 +51,47 @@ pub struct ArraySlots {
     pub waiting: BTreeSet<QueueKey>,
 }
 
+/// What one dependency is to a job of `tenant` ([`State::dependency`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dependency {
+    /// Not ended yet: the job waits for it.
+    Pending,
+    /// Ended as required: nothing to wait for.
+    Met,
+    /// An `after_ok` dependency that ended in this phase, not succeeded:
+    /// the job can never run.
+    Failed(Phase),
+    /// No job of the tenant has this id.
+    NotOfTenant,
+    /// Submitted after the job (or is the job): waiting on it could close
+    /// a cycle.
+    NotEarlier,
+}
+
 impl State {
+    /// What job `dep` is, as a dependency of kind `kind`, to a job of
+    /// `tenant` submitted at `order` (`None`: not submitted yet, so any
+    /// job is earlier). The one rule admission and `apply` both read.
+    pub fn dependency(
+        &self,
+        tenant: &str,
+        order: Option<u64>,
+        dep: JobId,
+        kind: DependencyKind,
+    ) -> Dependency {
+        let Some(d) = self.jobs.get(&dep).filter(|d| d.spec.tenant == tenant) else {
+            return Dependency::NotOfTenant;
+        };
+        if order.is_some_and(|o| d.order >= o) {
+            return Dependency::NotEarlier;
+        }
+        match d.phase {
+            p if !p.is_terminal() => Dependency::Pending,
+            p if kind == DependencyKind::AfterOk && p != Phase::Succeeded => Dependency::Failed(p),
+            _ => Dependency::Met,
+        }
+    }
+
     /// Checks each dependency of a job about to be accepted is an earlier
     /// job of its tenant; returns those it must wait for and the first
     /// `after_ok` one that already ended without succeeding. Changes
@@ -60,18 +100,20 @@ impl State {
         let j = self.jobs.get(&id).ok_or(ApplyError::UnknownJob(id))?;
         let mut waits = Waits::default();
         for (dep, kind) in j.spec.dependencies() {
-            let d = self
-                .jobs
-                .get(&dep)
-                .filter(|d| d.spec.tenant == j.spec.tenant && d.order < j.order)
-                .ok_or(ApplyError::BadDependency {
-                    job: id,
-                    dependency: dep,
-                })?;
-            if !d.phase.is_terminal() {
-                waits.on.insert(dep);
-            } else if kind == DependencyKind::AfterOk && d.phase != Phase::Succeeded {
-                waits.failed.get_or_insert(dep);
+            match self.dependency(&j.spec.tenant, Some(j.order), dep, kind) {
+                Dependency::Pending => {
+                    waits.on.insert(dep);
+                }
+                Dependency::Failed(_) => {
+                    waits.failed.get_or_insert(dep);
+                }
+                Dependency::Met => {}
+                Dependency::NotOfTenant | Dependency::NotEarlier => {
+                    return Err(ApplyError::BadDependency {
+                        job: id,
+                        dependency: dep,
+                    })
+                }
             }
         }
         Ok(waits)
