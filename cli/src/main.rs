@@ -6,6 +6,7 @@
 
 mod batch;
 mod client;
+mod cohorts;
 mod dev;
 mod logs;
 mod nodes;
@@ -72,6 +73,9 @@ enum Command {
     /// Configure tenants (admin).
     #[command(subcommand)]
     Tenants(tenants::TenantsCmd),
+    /// Cohorts: each one's usage half-life and its members in the order
+    /// borrowed quota goes to them; `set` changes the half-life (admin).
+    Cohorts(cohorts::CohortsArgs),
     /// Every event about one job, node or tenant, from the log alone.
     Timeline(review::TimelineArgs),
     /// What changed between two instants of the log: admissions,
@@ -278,6 +282,7 @@ fn main() -> std::process::ExitCode {
         Command::Logs(a) => api(logs::logs(a)),
         Command::Token(c) => client::token(c),
         Command::Tenants(c) => api(tenants::tenants(c)),
+        Command::Cohorts(a) => api(cohorts::cohorts(a)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,6 +1,8 @@
 //! `gpusched tenants apply FILE`: creates or replaces tenants from a TOML
 //! file of `[[tenant]]` tables (the format of a cluster file's tenants,
-//! so a cluster file works as is), through `PUT /v1/tenants/{name}`.
+//! so a cluster file works as is), through `PUT /v1/tenants/{name}`, then
+//! sets the cohorts its `[[cohort]]` tables describe (`PUT
+//! /v1/cohorts/{name}`).
 //!
 //! Owns: reading and checking the file before anything is sent.
 //!
@@ -10,7 +12,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use gpusched_model::TenantSpec;
+use gpusched_model::{CohortSpec, TenantSpec};
 use serde::Deserialize;
 
 use crate::client::{exit, fail, Conn};
@@ -19,7 +21,8 @@ use crate::client::{exit, fail, Conn};
 #[derive(clap::Subcommand, Debug)]
 pub enum TenantsCmd {
     /// Create or replace every tenant a TOML file's `[[tenant]]` tables
-    /// describe (a cluster file works: its other sections are left alone).
+    /// describe, then set each cohort its `[[cohort]]` tables describe (a
+    /// cluster file works: its other sections are left alone).
     Apply {
         /// The file.
         file: PathBuf,
@@ -32,17 +35,23 @@ pub enum TenantsCmd {
 struct TenantsFile {
     #[serde(default)]
     tenant: Vec<TenantSpec>,
+    #[serde(default)]
+    cohort: Vec<CohortSpec>,
 }
 
-/// The file's tenants, checked; an error names the file and the field.
-fn read(file: &PathBuf) -> Result<Vec<TenantSpec>> {
+/// The file's tenants and cohorts, checked; an error names the file and
+/// the field.
+fn read(file: &PathBuf) -> Result<(Vec<TenantSpec>, Vec<CohortSpec>)> {
     let shown = file.display();
     let text =
         std::fs::read_to_string(file).map_err(|e| fail(exit::USAGE, format!("{shown}: {e}")))?;
     let parsed: TenantsFile =
         toml::from_str(&text).map_err(|e| fail(exit::USAGE, format!("{shown}: {e}")))?;
-    if parsed.tenant.is_empty() {
-        return Err(fail(exit::USAGE, format!("{shown}: no [[tenant]] table")));
+    if parsed.tenant.is_empty() && parsed.cohort.is_empty() {
+        return Err(fail(
+            exit::USAGE,
+            format!("{shown}: no [[tenant]] or [[cohort]] table"),
+        ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, t) in parsed.tenant.iter().enumerate() {
@@ -59,13 +68,28 @@ fn read(file: &PathBuf) -> Result<Vec<TenantSpec>> {
             ));
         }
     }
-    Ok(parsed.tenant)
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, c) in parsed.cohort.iter().enumerate() {
+        c.check_fields().map_err(|e| {
+            fail(
+                exit::USAGE,
+                format!("{shown}: cohort[{i}].{}: {}", e.field, e.rule),
+            )
+        })?;
+        if !seen.insert(c.name.clone()) {
+            return Err(fail(
+                exit::USAGE,
+                format!("{shown}: cohort {} is listed twice", c.name),
+            ));
+        }
+    }
+    Ok((parsed.tenant, parsed.cohort))
 }
 
 /// `gpusched tenants ...`.
 pub async fn tenants(cmd: TenantsCmd) -> Result<()> {
     let TenantsCmd::Apply { file, conn } = cmd;
-    let tenants = read(&file)?;
+    let (tenants, cohorts) = read(&file)?;
     let c = conn.client()?;
     for t in &tenants {
         let path = format!("/v1/tenants/{}", t.name);
@@ -75,6 +99,19 @@ pub async fn tenants(cmd: TenantsCmd) -> Result<()> {
         })?;
         let what = if status == 201 { "created" } else { "replaced" };
         println!("tenant {}: {what}", t.name);
+    }
+    for co in &cohorts {
+        let path = format!("/v1/cohorts/{}", co.name);
+        c.put_json(&path, co).await.map_err(|e| {
+            e.context(format!(
+                "cohort {} (every tenant and the cohorts before it applied)",
+                co.name
+            ))
+        })?;
+        println!(
+            "cohort {}: usage half-life {} s",
+            co.name, co.usage_half_life_s
+        );
     }
     Ok(())
 }
@@ -110,7 +147,10 @@ mod tests {
         assert!(read(&p)
             .expect_err("none")
             .to_string()
-            .contains("no [[tenant]]"));
+            .contains("no [[tenant]] or [[cohort]]"));
+        let (_d, p) = file("[[cohort]]\nname = \"c\"\nusage_half_life_s = 316224001\n");
+        let e = read(&p).expect_err("too long").to_string();
+        assert!(e.contains("cohort[0].usage_half_life_s"), "{e}");
     }
 
     #[test]
@@ -119,6 +159,7 @@ mod tests {
         let (_d, p) = file(text);
         let names: Vec<String> = read(&p)
             .expect("the demo cluster")
+            .0
             .into_iter()
             .map(|t| t.name)
             .collect();

@@ -995,3 +995,57 @@ fn a_job_waits_on_its_dependencies_and_an_array_runs_within_its_limit() {
         "{why}"
     );
 }
+
+#[test]
+fn an_admin_sets_a_cohorts_half_life_and_everyone_sees_where_they_stand() {
+    let dev = Dev::start();
+    let out = dev.ok(
+        ADMIN,
+        &["cohorts", "set", "research", "--usage-half-life", "6h"],
+    );
+    assert_eq!(out.trim(), "cohort research: usage half-life 6h");
+    // The admin sees every member, in the order borrowed quota goes to them.
+    let table = dev.ok(ADMIN, &["cohorts"]);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    for tenant in ["vision", "language", "speech"] {
+        assert!(
+            rows.iter()
+                .any(|r| r.contains("research") && r.contains("6h") && r.contains(tenant)),
+            "{table}"
+        );
+    }
+    let places: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(places, ["1", "2", "3"], "{table}");
+    // A tenant sees its own row only.
+    let mine = dev.ok(VISION, &["cohorts"]);
+    assert_eq!(mine.lines().count(), 2, "{mine}");
+    assert!(mine.contains("vision"), "{mine}");
+    // A bad half-life names the flag and sends nothing; a tenant may not set one.
+    let o = dev.run(
+        ADMIN,
+        &["cohorts", "set", "research", "--usage-half-life", "7y"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--usage-half-life") && err.contains("unknown unit"),
+        "{err}"
+    );
+    let o = dev.run(
+        VISION,
+        &["cohorts", "set", "research", "--usage-half-life", "1h"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&dev.ok(ADMIN, &["cohorts", "--json"])).expect("JSON");
+    assert_eq!(json["cohorts"][0]["usage_half_life_s"], 21_600);
+}

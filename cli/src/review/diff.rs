@@ -205,6 +205,13 @@ impl Visitor for Tally {
                 self.note("tenants configured", "");
                 self.pending_change = Tally::quota_move(s, ev);
             }
+            Event::CohortConfigured { spec, .. } => {
+                self.note("cohorts configured", "");
+                self.pending_change = Some(format!(
+                    "cohort {} usage half-life {} s",
+                    spec.name, spec.usage_half_life_s
+                ));
+            }
             _ => {}
         }
     }

@@ -268,9 +268,9 @@ pub fn nodes_view(s: &State) -> NodesView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChangeReply {
     /// Log sequence of the change.
-    seq: u64,
-    /// What it is now (a tenant's name or a node's status).
-    now: String,
+    pub(crate) seq: u64,
+    /// What it is now (a tenant's or cohort's name, or a node's status).
+    pub(crate) now: String,
 }
 
 /// `PUT /v1/tenants/{name}`'s body: a [`TenantSpec`] whose `name` may be
@@ -278,18 +278,23 @@ pub struct ChangeReply {
 /// with `name` no longer required, so the two cannot drift apart.
 pub struct TenantUpdate;
 
+/// `T`'s schema with `name` no longer required, as the path names the
+/// `what` (the body of a `PUT /v1/{what}s/{name}`).
+pub(crate) fn name_from_path<T: utoipa::PartialSchema>(what: &str) -> RefOr<Schema> {
+    let mut schema = T::schema();
+    if let RefOr::T(Schema::Object(o)) = &mut schema {
+        o.required.retain(|r| r != "name");
+        o.description = Some(format!(
+            "A {what} spec; `name` may be left out (the path names the {what}) and, \
+             when given, must match the path."
+        ));
+    }
+    schema
+}
+
 impl utoipa::PartialSchema for TenantUpdate {
     fn schema() -> RefOr<Schema> {
-        let mut schema = <TenantSpec as utoipa::PartialSchema>::schema();
-        if let RefOr::T(Schema::Object(o)) = &mut schema {
-            o.required.retain(|r| r != "name");
-            o.description = Some(
-                "A tenant spec; `name` may be left out (the path names the tenant) and, \
-                 when given, must match the path."
-                    .into(),
-            );
-        }
-        schema
+        name_from_path::<TenantSpec>("tenant")
     }
 }
 
@@ -299,8 +304,44 @@ impl ToSchema for TenantUpdate {
     }
 }
 
-fn write_failed(e: crate::SubmitError) -> ApiError {
+pub(crate) fn write_failed(e: crate::SubmitError) -> ApiError {
     ApiError::unavailable(e)
+}
+
+/// A `PUT` body naming what the path names: a JSON object whose `name`,
+/// when given, must match `name`; read as `T`, an error naming the field.
+pub(crate) fn named_spec<T: serde::de::DeserializeOwned>(
+    mut v: serde_json::Value,
+    name: &str,
+    what: &str,
+) -> Result<T, ApiError> {
+    let Some(obj) = v.as_object_mut() else {
+        return Err(ApiError::field(
+            "body",
+            format!("must be a JSON object (a {what} spec)"),
+        ));
+    };
+    match obj.get("name") {
+        None => {
+            obj.insert("name".into(), serde_json::Value::String(name.to_string()));
+        }
+        Some(serde_json::Value::String(n)) if n == name => {}
+        Some(_) => {
+            return Err(ApiError::field(
+                "name",
+                format!("must match the {what} name in the path"),
+            ))
+        }
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let msg = e.inner().to_string();
+        match crate::serde_field(&msg) {
+            Some(f) => ApiError::field(&f, msg),
+            None if path != "." => ApiError::field(&path, msg),
+            None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", msg),
+        }
+    })
 }
 
 /// Create or replace a tenant (admin). The body is a tenant spec
@@ -331,32 +372,8 @@ pub async fn put_tenant(
 ) -> Result<Response, ApiError> {
     who.require_admin()?;
     let name = path_param(name)?;
-    let Json(mut v) = body?;
-    let Some(obj) = v.as_object_mut() else {
-        return Err(ApiError::field(
-            "body",
-            "must be a JSON object (a tenant spec)",
-        ));
-    };
-    match obj.get("name") {
-        None => {
-            obj.insert("name".into(), serde_json::Value::String(name.clone()));
-        }
-        Some(serde_json::Value::String(n)) if *n == name => {}
-        Some(_) => {
-            return Err(ApiError::field(
-                "name",
-                "must match the tenant name in the path",
-            ))
-        }
-    }
-    let spec: TenantSpec = serde_json::from_value(v).map_err(|e| {
-        let msg = e.to_string();
-        match crate::serde_field(&msg) {
-            Some(f) => ApiError::field(&f, msg),
-            None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", msg),
-        }
-    })?;
+    let Json(v) = body?;
+    let spec: TenantSpec = named_spec(v, &name, "tenant")?;
     spec.check_fields()
         .map_err(|e| ApiError::field(&e.field, &e.rule))?;
     let existed = read_view(&gw.view).state().tenant_idx(&name).is_some();

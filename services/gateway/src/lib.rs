@@ -15,6 +15,7 @@ mod arrays;
 mod auth;
 mod batch;
 mod cluster;
+mod cohorts;
 mod events_api;
 mod health;
 mod jobs;
@@ -47,6 +48,7 @@ use utoipa_axum::routes;
 
 pub use auth::{hash_token, AuthArgs, AuthConfigError, Principal, Tokens};
 pub use cluster::{nodes_view, queues_view};
+pub use cohorts::cohorts_view;
 pub use health::ReadyView;
 pub use jobs::{job_view, phase_name};
 pub use submit::{start_writer, SubmitError, Submitted, Submitter};
@@ -206,6 +208,8 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(cluster::queues))
         .routes(routes!(cluster::nodes))
         .routes(routes!(cluster::put_tenant))
+        .routes(routes!(cohorts::cohorts))
+        .routes(routes!(cohorts::put_cohort))
         .routes(routes!(cluster::cordon_node))
         .routes(routes!(cluster::uncordon_node))
         .routes(routes!(cluster::drain_node))

@@ -984,7 +984,7 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 26] = [
+const SERVED: [(&str, &str); 28] = [
     ("post", "/v1/jobs"),
     ("post", "/v1/jobs:batch"),
     ("post", "/v1/arrays"),
@@ -1000,6 +1000,8 @@ const SERVED: [(&str, &str); 26] = [
     ("get", "/v1/queues"),
     ("get", "/v1/nodes"),
     ("put", "/v1/tenants/{name}"),
+    ("get", "/v1/cohorts"),
+    ("put", "/v1/cohorts/{name}"),
     ("post", "/v1/nodes/{id}/cordon"),
     ("post", "/v1/nodes/{id}/uncordon"),
     ("post", "/v1/nodes/{id}/drain"),
@@ -1572,4 +1574,122 @@ async fn dependencies_and_an_array_limit_are_taken_and_bad_ones_refused_naming_t
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.contains(want_rule), "{body} -> {msg}");
     }
+}
+
+#[tokio::test]
+async fn a_cohorts_half_life_is_set_by_the_admin_and_its_borrowers_shown_in_the_order_served() {
+    let api = api().await;
+    // Two hours ago the cohort kept use with a one-hour half-life, and
+    // vision took 16 GPUs (a job of 2 × 8) it still holds.
+    let two_hours_ago = Timestamp(gpusched_runtime::wall_clock().0 - 7_200_000);
+    let spec: gpusched_model::JobSpec =
+        serde_json::from_value(job("vision", 2, 8)).expect("a job spec");
+    let w = api
+        .gw
+        .submitter
+        .write(
+            vec![
+                Event::CohortConfigured {
+                    spec: gpusched_model::CohortSpec {
+                        name: "research".into(),
+                        usage_half_life_s: 3_600,
+                    },
+                    at: two_hours_ago,
+                },
+                Event::JobSubmitted {
+                    job: gpusched_model::JobId(1),
+                    spec,
+                    at: two_hours_ago,
+                },
+                Event::JobAccepted {
+                    job: gpusched_model::JobId(1),
+                },
+                Event::JobAdmitted {
+                    job: gpusched_model::JobId(1),
+                    flavor: H100.into(),
+                    borrowed: 0,
+                    at: two_hours_ago,
+                },
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    api.sync(w.seq).await;
+    let (s, v) = api.call("GET", "/v1/cohorts", Some(ADMIN), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let research = &v["cohorts"][0];
+    assert_eq!(research["name"], "research");
+    assert_eq!(research["usage_half_life_s"], 3_600);
+    // speech has used nothing: it is served first.
+    let members = research["members"].as_array().unwrap();
+    let names: Vec<&str> = members
+        .iter()
+        .map(|m| m["tenant"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["speech", "vision"], "{v}");
+    assert_eq!(members[1]["place"], 2);
+    // 16 GPUs for two half-lives: a mean of 16 · (1 − ¼) = 12.
+    let used = members[1]["decayed_gpus"][H100].as_f64().unwrap();
+    assert!((used - 12.0).abs() < 0.1, "{v}");
+    // A tenant token sees its own cohort, and only its own row.
+    let (_, mine) = api.call("GET", "/v1/cohorts", Some(VISION), None).await;
+    let rows = mine["cohorts"][0]["members"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{mine}");
+    assert_eq!(
+        (rows[0]["tenant"].as_str(), rows[0]["place"].as_u64()),
+        (Some("vision"), Some(2))
+    );
+
+    // The admin changes it; a new cohort is created; bad bodies name the field.
+    let put = |path: &'static str, token: &'static str, body: Value| {
+        let api = &api;
+        async move { api.call("PUT", path, Some(token), Some(body)).await }
+    };
+    let (s, v) = put(
+        "/v1/cohorts/research",
+        ADMIN,
+        json!({"usage_half_life_s": 7_200}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["now"].as_str()),
+        (StatusCode::OK, Some("research")),
+        "{v}"
+    );
+    let (s, _) = put("/v1/cohorts/ops", ADMIN, json!({})).await;
+    assert_eq!(s, StatusCode::CREATED);
+    for (body, want) in [
+        (json!({"usage_half_life_s": -1}), "usage_half_life_s"),
+        (
+            json!({"usage_half_life_s": 316_224_001u64}),
+            "usage_half_life_s",
+        ),
+        (json!({"name": "other"}), "name"),
+        (json!({"half_life": 5}), "half_life"),
+        (json!([1]), "body"),
+    ] {
+        let (s, v) = put("/v1/cohorts/research", ADMIN, body.clone()).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(field(&v), want, "{body}: {v}");
+    }
+    assert_eq!(
+        put("/v1/cohorts/research", VISION, json!({})).await.0,
+        StatusCode::FORBIDDEN
+    );
+    let (_, v) = api.call("GET", "/v1/cohorts", Some(ADMIN), None).await;
+    let names: Vec<&str> = v["cohorts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ops", "research"]);
+    assert_eq!(v["cohorts"][1]["usage_half_life_s"], 7_200);
+    // What vision used (decayed GPU-hours) is kept across the change; as a
+    // mean over the longer half-life it is half: 12 · 1 h / 2 h = 6.
+    let used = v["cohorts"][1]["members"][1]["decayed_gpus"][H100]
+        .as_f64()
+        .unwrap();
+    assert!((used - 6.0).abs() < 0.1, "{v}");
 }

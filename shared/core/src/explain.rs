@@ -90,37 +90,9 @@ impl Context {
     }
 }
 
-/// When an event happened, if it carries a time.
+/// When an event happened, if it carries a time (`Event::at`).
 pub fn event_at(e: &Event) -> Option<Timestamp> {
-    match e {
-        Event::NodeAdded { at, .. }
-        | Event::NodeLost { at, .. }
-        | Event::NodeRejoined { at, .. }
-        | Event::JobSubmitted { at, .. }
-        | Event::JobAdmitted { at, .. }
-        | Event::JobPending { at, .. }
-        | Event::JobBound { at, .. }
-        | Event::JobStarted { at, .. }
-        | Event::JobFinished { at, .. }
-        | Event::JobCancelled { at, .. }
-        | Event::JobCancelRequested { at, .. }
-        | Event::JobRequeued { at, .. }
-        | Event::JobCheckpointed { at, .. }
-        | Event::PreemptionPlanned { at, .. }
-        | Event::JobPreempted { at, .. }
-        | Event::ReservationMade { at, .. }
-        | Event::QueueStateSet { at, .. }
-        | Event::NodeEvicted { at, .. }
-        | Event::EvictionPlanned { at, .. }
-        | Event::JobDependencyFailed { at, .. } => Some(*at),
-        Event::TopologyConfigured { .. }
-        | Event::TenantConfigured { .. }
-        | Event::NodeCordoned { .. }
-        | Event::NodeUncordoned { .. }
-        | Event::NodeDrained { .. }
-        | Event::JobAccepted { .. }
-        | Event::JobRejected { .. } => None,
-    }
+    e.at()
 }
 
 /// Why a waiting job is not running now, if anything stops it; `None` for a
@@ -731,6 +703,60 @@ fn requeued_line(state: &State, at: &str, reason: &RequeueReason, lost_gpu_ms: u
     )
 }
 
+/// For a queued job waiting on quota in a cohort that keeps use with a
+/// half-life: its tenant's decayed use and its place among the cohort's
+/// borrowers, the order in which borrowable quota goes to them.
+pub fn fair_share_standing(state: &State, id: JobId, now: Timestamp) -> Option<String> {
+    let job = state.job(id)?;
+    let waits_on_quota = matches!(
+        pending_reason(state, id),
+        Some(PendingReason::QuotaExceeded { .. } | PendingReason::CohortExhausted { .. })
+    );
+    let t = job.tenant.filter(|_| job.phase == Phase::Queued && waits_on_quota)?;
+    let c = state.tenant(t).cohort?;
+    let cohort = state.cohort(c);
+    let half_life = cohort.half_life_ms();
+    if half_life == 0 {
+        return None;
+    }
+    let order = quota::borrower_order(state, c, now);
+    let place = order.iter().position(|(m, _)| *m == t)? + 1;
+    let decayed = state.decayed_use(t, now);
+    let tenant = state.tenant(t);
+    let used: Vec<String> = tenant
+        .flavor_order
+        .iter()
+        .map(|&f| {
+            format!(
+                "{:.1} {}",
+                decayed.mean_gpus(f as usize, half_life),
+                state.flavor_name(f)
+            )
+        })
+        .collect();
+    Some(format!(
+        "cohort {} serves borrowers by use decayed with a half-life of {}: {} has used {} GPUs (mean, recent use counting more), weight {}, {} of {} in line",
+        cohort.name,
+        declared(cohort.usage_half_life_s),
+        tenant.spec.name,
+        used.join(", "),
+        tenant.spec.weight,
+        ordinal(place),
+        order.len()
+    ))
+}
+
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 /// Where the job stands at `ctx.now`: its phase, why it waits, what
 /// preemption does for it, and a start time only where a reservation
 /// guarantees one.
@@ -774,6 +800,9 @@ fn now_line(state: &State, id: JobId, ctx: &Context, cause: Option<&str>) -> Str
     }
     if let Some((pos, len)) = queue_position(state, id) {
         now.push_str(&format!("; position {pos} of {len} in its queue"));
+    }
+    if let Some(standing) = fair_share_standing(state, id, ctx.now) {
+        now.push_str(&format!("; {standing}"));
     }
     if matches!(job.phase, Phase::Queued | Phase::Admitted) {
         match state.reservations().get(&id).and_then(|r| r.start) {

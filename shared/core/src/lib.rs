@@ -36,5 +36,8 @@ pub use cycle::{run_cycle, run_cycle_timed, Stage, StageClock};
 pub use goodput::{Account, Goodput, Summary as GoodputSummary, WaitReason};
 pub use limits::{CycleConfig, CycleStats, ScanMemo};
 pub use limits::{PreemptionConfig, VictimOrder};
-pub use state::{worker_nodes, ApplyError, Job, Node, NodeStatus, Phase, QueueKey, State, Tenant};
+pub use state::{
+    mean_life_ms, worker_nodes, ApplyError, DecayedUse, Job, Node, NodeStatus, Phase, QueueKey, State,
+    Tenant,
+};
 pub use tally::{eviction_label, LogTally, ReclaimClock};

@@ -3,8 +3,10 @@
 //! Owns: the quota check (usage ≤ nominal + borrowing limit, cohort lending
 //! ≤ what members lend), flavor choice in the job's preference order, and
 //! the order in which tenants' heads are examined: tenants that stay within
-//! nominal first, then borrowers by lowest weighted dominant share; within a
-//! tenant, priority then submit order. At most `max_heads` heads a cycle. A
+//! nominal first, then borrowers by lowest weighted dominant share (of
+//! what they borrow now, or, where their cohort keeps use with a
+//! half-life, of their decayed use); within a tenant, priority then submit
+//! order. At most `max_heads` heads a cycle. A
 //! best-effort queue lets jobs pass a blocked head only until that head has
 //! waited `starvation_ms`: then it holds the queue, so a stream of small jobs
 //! cannot starve a large one.
@@ -315,22 +317,51 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
         .ok_or(first_err.unwrap_or(none))
 }
 
-/// Weighted dominant share: the largest fraction, over flavors, of the
-/// cohort's lendable quota the tenant borrows, divided by its weight.
-pub fn weighted_share(state: &State, ov: &QuotaOverlay, t: TenantIdx) -> f64 {
+/// The share a borrower is served by (lowest first), divided by its
+/// weight: the largest fraction, over flavors, of the cohort's lendable
+/// quota that it borrows now; or, where the cohort keeps use with a
+/// half-life, that its decayed use fills (mean GPUs held, weighted by age,
+/// plus what this cycle admitted for it: one cycle does not hand all
+/// borrowable quota to whoever was lowest when it began).
+pub fn weighted_share(state: &State, ov: &QuotaOverlay, t: TenantIdx, now: Timestamp) -> f64 {
     let tenant = state.tenant(t);
     let Some(c) = tenant.cohort else { return 0.0 };
     let cohort = state.cohort(c);
+    let half_life = cohort.half_life_ms();
+    let decayed = (half_life > 0).then(|| state.decayed_use(t, now));
     let mut share: f64 = 0.0;
     for &f in &tenant.flavor_order {
         let cap = cohort.capacity(f);
-        let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
-        let borrowed = ov.used(state, t, f).saturating_sub(nominal);
-        if cap > 0 && borrowed > 0 {
-            share = share.max(borrowed as f64 / cap as f64);
+        let held = match &decayed {
+            Some(d) => {
+                let this_cycle = ov.used(state, t, f).saturating_sub(tenant.used(f));
+                d.mean_gpus(f as usize, half_life) + f64::from(this_cycle)
+            }
+            None => {
+                let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
+                f64::from(ov.used(state, t, f).saturating_sub(nominal))
+            }
+        };
+        if cap > 0 && held > 0.0 {
+            share = share.max(held / f64::from(cap));
         }
     }
     share / tenant.spec.weight
+}
+
+/// A cohort's members in the order the quota stage serves them as
+/// borrowers (lowest weighted share first, then tenant index), each with
+/// that share, at `now` and before this cycle's admissions.
+pub fn borrower_order(state: &State, c: CohortIdx, now: Timestamp) -> Vec<(TenantIdx, f64)> {
+    let ov = QuotaOverlay::default();
+    let mut order: Vec<(TenantIdx, f64)> = state
+        .cohort(c)
+        .members
+        .iter()
+        .map(|&t| (t, weighted_share(state, &ov, t, now)))
+        .collect();
+    order.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    order
 }
 
 /// The order of tenants' heads in a cycle: within-nominal first, then by
@@ -363,7 +394,13 @@ impl Ord for HeadKey {
     }
 }
 
-fn head_key(state: &State, ov: &QuotaOverlay, t: TenantIdx, head: QueueKey) -> HeadKey {
+fn head_key(
+    state: &State,
+    ov: &QuotaOverlay,
+    t: TenantIdx,
+    head: QueueKey,
+    now: Timestamp,
+) -> HeadKey {
     let tenant = state.tenant(t);
     let borrows = match state.job(head.job) {
         Some(job) => !job.flavors.iter().any(|&f| {
@@ -375,7 +412,7 @@ fn head_key(state: &State, ov: &QuotaOverlay, t: TenantIdx, head: QueueKey) -> H
     HeadKey {
         borrows,
         share: if borrows {
-            weighted_share(state, ov, t)
+            weighted_share(state, ov, t, now)
         } else {
             0.0
         },
@@ -502,7 +539,7 @@ pub fn decide(
             Start::Skip => stats.tenants_skipped += 1,
             Start::At(first, pass) => {
                 passes.insert(ti, pass);
-                heap.push(Reverse(head_key(state, &ov, ti, first)));
+                heap.push(Reverse(head_key(state, &ov, ti, first, now)));
             }
         }
     }
@@ -527,7 +564,7 @@ pub fn decide(
                 ov.charge(state, t, fit.flavor, job.spec.total_gpus());
                 stats.admitted += 1;
                 if let Some(n) = next {
-                    heap.push(Reverse(head_key(state, &ov, t, n)));
+                    heap.push(Reverse(head_key(state, &ov, t, n, now)));
                 }
             }
             Err(blocked) => {
@@ -543,7 +580,7 @@ pub fn decide(
                 match next {
                     Some(n) if may_pass(state, &ov, cfg, now, t, job) => {
                         if pass.depth < cfg.max_heads_per_tenant {
-                            heap.push(Reverse(head_key(state, &ov, t, n)));
+                            heap.push(Reverse(head_key(state, &ov, t, n, now)));
                         } else {
                             let resume = TenantResume {
                                 stamp: tenant_stamp(state, t),

@@ -24,7 +24,7 @@ use crate::State;
 
 /// The encoding's version. Bump it when `State` or anything inside it
 /// changes shape, and update the pinned digest in this module's tests.
-pub const FORMAT: u16 = 4;
+pub const FORMAT: u16 = 5;
 
 const MAGIC: &[u8; 4] = b"GPSS";
 const HASH_LEN: usize = 32;
@@ -202,7 +202,7 @@ mod tests {
     use crate::{run_cycle, CycleConfig, ScanMemo};
     use gpusched_events::Event;
     use gpusched_model::{
-        ArrayTask, FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
+        ArrayTask, CohortSpec, FlavorQuota, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
     };
 
     /// Two nodes, one tenant, five jobs: two run, three wait with reasons.
@@ -266,14 +266,37 @@ mod tests {
                 at: Timestamp(2_000 + j),
             });
         }
+        // Its cohort keeps use with a one-hour half-life.
+        events.push(Event::CohortConfigured {
+            spec: CohortSpec {
+                name: "c".into(),
+                usage_half_life_s: 3_600,
+            },
+            at: Timestamp(2_500),
+        });
         for e in &events {
             s.apply(e).expect("known events apply");
         }
         let mut memo = ScanMemo::default();
-        for _ in 0..4 {
-            run_cycle(&mut s, &mut memo, &CycleConfig::default(), Timestamp(3_000))
-                .expect("a cycle's decisions apply");
+        for k in 0..4 {
+            run_cycle(
+                &mut s,
+                &mut memo,
+                &CycleConfig::default(),
+                Timestamp(3_000 + k * 60_000),
+            )
+            .expect("a cycle's decisions apply");
         }
+        // The cohort's half-life set again later: members' use is rolled
+        // up to then.
+        s.apply(&Event::CohortConfigured {
+            spec: CohortSpec {
+                name: "c".into(),
+                usage_half_life_s: 3_600,
+            },
+            at: Timestamp(600_000),
+        })
+        .expect("a cohort may be configured again");
         s
     }
 
@@ -295,6 +318,10 @@ mod tests {
             s.array_slots(10).is_some_and(|a| !a.waiting.is_empty()),
             "array slots covered"
         );
+        assert!(
+            s.tenants()[0].decayed.gpu_ms(0) > 0.0,
+            "decayed use covered"
+        );
     }
 
     /// The encoding of a known state, pinned: when this fails, the shape of
@@ -307,7 +334,7 @@ mod tests {
             .to_string();
         assert_eq!(
             (FORMAT, &digest[..16]),
-            (4, "b6a505009341f255"),
+            (5, "b0cb6dcde2b92b2b"),
             "the snapshot encoding changed: bump snapshot::FORMAT and update this digest"
         );
     }

@@ -14,13 +14,15 @@ use gpusched_events::{
     QueueState, RejectReason, RequeueReason, Victim,
 };
 use gpusched_model::{
-    FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
+    CohortSpec, FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
     LEVEL_NODE,
 };
 use rustc_hash::FxHashMap;
 
 mod gates;
+mod usage;
 pub use gates::{ArraySlots, Dependency};
+pub use usage::{mean_life_ms, DecayedUse};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -353,6 +355,9 @@ pub struct Tenant {
     pub queue: QueueState,
     /// Its jobs holding quota (admitted, bound, running or preempting).
     pub holding: BTreeSet<JobId>,
+    /// Its past use, decayed with its cohort's half-life (empty without one).
+    #[serde(default)]
+    pub decayed: DecayedUse,
 }
 
 impl Tenant {
@@ -383,9 +388,17 @@ pub struct Cohort {
     pub pool_used: Vec<Gpus>,
     /// Bumped whenever quota is released or reconfigured in it.
     pub version: u64,
+    /// Seconds after which a member's past use counts half (0: not kept).
+    pub usage_half_life_s: u64,
+    /// When its own settings were last set (`CohortConfigured`), if ever.
+    pub configured_at: Option<Timestamp>,
 }
 
 impl Cohort {
+    /// The usage half-life in milliseconds (0: not kept).
+    pub fn half_life_ms(&self) -> u64 {
+        self.usage_half_life_s.saturating_mul(1000)
+    }
     /// Lendable GPUs in a flavor.
     pub fn capacity(&self, f: FlavorIdx) -> Gpus {
         self.pool_capacity.get(f as usize).copied().unwrap_or(0)
@@ -566,6 +579,8 @@ pub struct State {
     evicted_nodes: BTreeSet<NodeId>,
     /// Dependencies and array limits (`gates`).
     gates: gates::Gates,
+    /// The latest event time applied: the time decayed use is brought to.
+    clock: Timestamp,
 }
 
 fn at_mut<T: Clone + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
@@ -592,6 +607,29 @@ impl State {
     /// Events applied so far.
     pub fn applied(&self) -> u64 {
         self.applied
+    }
+    /// The latest event time applied (the log's own clock).
+    pub fn clock(&self) -> Timestamp {
+        self.clock
+    }
+    /// The usage half-life of a tenant's cohort in ms (0: none kept).
+    pub fn usage_half_life_ms(&self, t: TenantIdx) -> u64 {
+        self.tenants[t as usize]
+            .cohort
+            .map_or(0, |c| self.cohorts[c as usize].half_life_ms())
+    }
+    /// A tenant's decayed use brought forward to `now` (at least the clock).
+    pub fn decayed_use(&self, t: TenantIdx, now: Timestamp) -> DecayedUse {
+        let tenant = &self.tenants[t as usize];
+        tenant.decayed.at_time(
+            &tenant.usage,
+            self.usage_half_life_ms(t),
+            now.max(self.clock),
+        )
+    }
+    /// A cohort by name.
+    pub fn cohort_idx(&self, name: &str) -> Option<CohortIdx> {
+        self.cohort_by_name.get(name).copied()
     }
     /// Named topology levels, outermost first.
     pub fn levels(&self) -> &[String] {
@@ -855,6 +893,7 @@ impl State {
 
     /// Changes a tenant's usage in a flavor and keeps its cohort's pool in step.
     fn charge(&mut self, t: TenantIdx, f: FlavorIdx, new_used: Gpus) {
+        self.roll_use(t);
         let tenant = &mut self.tenants[t as usize];
         let old_used = tenant.used(f);
         let old_draw = tenant.pool_draw(f, old_used);
@@ -871,6 +910,14 @@ impl State {
                 cohort.version += 1;
             }
         }
+    }
+
+    /// Brings a tenant's decayed use up to the clock under its cohort's
+    /// half-life, before its usage or its cohort's half-life changes.
+    fn roll_use(&mut self, t: TenantIdx) {
+        let h = self.usage_half_life_ms(t);
+        let tenant = &mut self.tenants[t as usize];
+        tenant.decayed.roll(&tenant.usage, h, self.clock);
     }
 
     /// Frees a job's GPUs and quota (it must hold them).
@@ -1118,22 +1165,27 @@ impl State {
         self.tenants[t as usize].cohort = None;
     }
 
+    /// The cohort of this name, created empty if none has it yet.
+    fn cohort_named(&mut self, name: &str) -> CohortIdx {
+        if let Some(&c) = self.cohort_by_name.get(name) {
+            return c;
+        }
+        let c = self.cohorts.len() as CohortIdx;
+        self.cohorts.push(Cohort {
+            name: name.to_string(),
+            members: Vec::new(),
+            pool_capacity: Vec::new(),
+            pool_used: Vec::new(),
+            version: 0,
+            usage_half_life_s: 0,
+            configured_at: None,
+        });
+        self.cohort_by_name.insert(name.to_string(), c);
+        c
+    }
+
     fn attach_tenant(&mut self, t: TenantIdx, cohort_name: &str) {
-        let c = match self.cohort_by_name.get(cohort_name) {
-            Some(&c) => c,
-            None => {
-                let c = self.cohorts.len() as CohortIdx;
-                self.cohorts.push(Cohort {
-                    name: cohort_name.to_string(),
-                    members: Vec::new(),
-                    pool_capacity: Vec::new(),
-                    pool_used: Vec::new(),
-                    version: 0,
-                });
-                self.cohort_by_name.insert(cohort_name.to_string(), c);
-                c
-            }
-        };
+        let c = self.cohort_named(cohort_name);
         let tenant = &self.tenants[t as usize];
         let flavors = tenant.quotas.len().max(tenant.usage.len());
         let per_flavor: Vec<(usize, Gpus, Gpus)> = (0..flavors)
@@ -1158,7 +1210,14 @@ impl State {
 
     /// Applies one event. On error nothing changed.
     pub fn apply(&mut self, ev: &Event) -> Result<(), ApplyError> {
-        self.apply_inner(ev)?;
+        let clock = self.clock;
+        if let Some(at) = ev.at() {
+            self.clock = self.clock.max(at);
+        }
+        if let Err(e) = self.apply_inner(ev) {
+            self.clock = clock;
+            return Err(e);
+        }
         self.applied += 1;
         Ok(())
     }
@@ -1247,6 +1306,7 @@ impl State {
                 self.check_dependency_failed(*job, *dependency, ev.kind())?;
                 self.end_cancelled(*job, *at)
             }
+            Event::CohortConfigured { spec, at } => self.on_cohort_configured(spec, *at),
         }
     }
 
@@ -1289,11 +1349,13 @@ impl State {
                     version: 0,
                     queue: QueueState::Open,
                     holding: BTreeSet::new(),
+                    decayed: DecayedUse::default(),
                 });
                 self.tenant_by_name.insert(spec.name.clone(), t);
                 t
             }
         };
+        self.roll_use(t);
         self.detach_tenant(t);
         let mut quotas = Vec::new();
         let mut order = Vec::new();
@@ -1313,6 +1375,28 @@ impl State {
         tenant.version += 1;
         if let Some(c) = &spec.cohort {
             self.attach_tenant(t, c);
+        }
+        // A record kept under another cohort's half-life goes on under this
+        // one's (or is dropped, without one).
+        self.roll_use(t);
+        Ok(())
+    }
+
+    /// Checks the spec; creates the cohort if no tenant named it yet;
+    /// brings its members' decayed use up to now under the old half-life,
+    /// then sets the new one.
+    fn on_cohort_configured(&mut self, spec: &CohortSpec, at: Timestamp) -> Result<(), ApplyError> {
+        spec.check_fields()?;
+        let c = self.cohort_named(&spec.name);
+        for t in self.cohorts[c as usize].members.clone() {
+            self.roll_use(t);
+        }
+        let cohort = &mut self.cohorts[c as usize];
+        cohort.usage_half_life_s = spec.usage_half_life_s;
+        cohort.configured_at = Some(at);
+        cohort.version += 1;
+        for t in cohort.members.clone() {
+            self.roll_use(t);
         }
         Ok(())
     }
@@ -2371,6 +2455,24 @@ impl State {
                 }
             }
         }
+        // Cohorts' own settings only where set: older states hash as they
+        // did.
+        for c in &self.cohorts {
+            let Some(at) = c.configured_at else { continue };
+            put(c.name.as_bytes());
+            put(&c.usage_half_life_s.to_le_bytes());
+            put(&at.0.to_le_bytes());
+            if c.usage_half_life_s == 0 {
+                continue;
+            }
+            for &t in &c.members {
+                let d = &self.tenants[t as usize].decayed;
+                put(&d.at.0.to_le_bytes());
+                for v in &d.gpu_ms {
+                    put(&v.to_bits().to_le_bytes());
+                }
+            }
+        }
         let mut ids: Vec<&JobId> = self.jobs.keys().collect();
         ids.sort_unstable();
         for id in ids {
@@ -2428,6 +2530,24 @@ impl State {
         }
         h.update(&buf);
         h.finalize().to_hex()[..32].to_string()
+    }
+
+    /// Decayed use: finite, not negative, never ahead of the clock, and
+    /// kept only under a cohort with a half-life.
+    fn check_decayed_use(&self) -> Result<(), String> {
+        for (ti, t) in self.tenants.iter().enumerate() {
+            let d = &t.decayed;
+            if d.at > self.clock {
+                return Err(format!("tenant {}: decayed use ahead of the clock", t.spec.name));
+            }
+            if self.usage_half_life_ms(ti as TenantIdx) == 0 && !d.gpu_ms.is_empty() {
+                return Err(format!("tenant {}: decayed use kept without a half-life", t.spec.name));
+            }
+            if let Some(v) = d.gpu_ms.iter().find(|v| !v.is_finite() || **v < 0.0) {
+                return Err(format!("tenant {}: decayed use {v}", t.spec.name));
+            }
+        }
+        Ok(())
     }
 
     /// Recomputes allocations and quota usage from the jobs and checks the
@@ -2562,6 +2682,7 @@ impl State {
             }
         }
         self.check_gates()?;
+        self.check_decayed_use()?;
         let counted: u64 = Phase::ALL.iter().map(|p| self.counts.get(*p)).sum();
         if counted != self.jobs.len() as u64 {
             return Err("phase counts drifted".into());

@@ -32,6 +32,21 @@ enum Op {
     Advance(u64),
     Admin(AdminOp),
     Gated(JobGen, Gate),
+    /// Cohort `c{0}` keeps use with a half-life of `{1}` s (0: none).
+    HalfLife(u8, u64),
+}
+
+fn half_life_gen() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), Just(30), Just(300), Just(3_600)]
+}
+
+/// `op_gen` with cohorts' half-lives set and changed (a separate
+/// strategy, so `op_gen`'s cases and saved seeds stay as they were).
+fn op_with_half_lives_gen() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op_gen(),
+        1 => (0u8..2, half_life_gen()).prop_map(|(c, h)| Op::HalfLife(c, h)),
+    ]
 }
 
 /// What a gated submission waits on.
@@ -240,6 +255,16 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) -> Option<Vec<Event>> {
                 d.submit(spec);
             }
         }
+        Op::HalfLife(c, h) => {
+            let at = d.now;
+            d.apply(Event::CohortConfigured {
+                spec: gpusched_model::CohortSpec {
+                    name: format!("c{c}"),
+                    usage_half_life_s: *h,
+                },
+                at,
+            });
+        }
     }
     None
 }
@@ -325,6 +350,14 @@ fn check_replay(d: &Driver, checkpoints: &[(usize, String)]) -> Result<(), TestC
     }
     for (i, e) in d.log.iter().enumerate() {
         let before = st.state_hash();
+        // Setting a cohort to what it was set to at that same time.
+        let same_settings = match e {
+            Event::CohortConfigured { spec, at } => st.cohort_idx(&spec.name).is_some_and(|c| {
+                let c = st.cohort(c);
+                c.usage_half_life_s == spec.usage_half_life_s && c.configured_at == Some(*at)
+            }),
+            _ => false,
+        };
         if let Err(err) = st.apply(e) {
             return Err(TestCaseError::fail(format!(
                 "replay refused event {i} {e:?}: {err}"
@@ -333,10 +366,12 @@ fn check_replay(d: &Driver, checkpoints: &[(usize, String)]) -> Result<(), TestC
         let after = st.state_hash();
         // Every event but a pending reason (and the topology, here the
         // default one) changes something the hash covers.
-        if !matches!(
-            e,
-            Event::JobPending { .. } | Event::TopologyConfigured { .. }
-        ) {
+        if !same_settings
+            && !matches!(
+                e,
+                Event::JobPending { .. } | Event::TopologyConfigured { .. }
+            )
+        {
             prop_assert_ne!(
                 &before,
                 &after,
@@ -497,6 +532,35 @@ proptest! {
         }
     }
 
+    /// Fair share with a half-life: invariants and replay hold with
+    /// cohorts' half-lives set and changed at random, and each tenant's
+    /// decayed use equals a sum computed apart from the fold: over the
+    /// stretches of constant usage since its cohort's last change,
+    /// `u·τ·(2^(−(now−end)/h) − 2^(−(now−start)/h))`.
+    #[test]
+    fn decayed_use_keeps_invariants_replays_and_sums_what_was_held(
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
+        cfg in config_gen(),
+        first in (half_life_gen(), half_life_gen()),
+        ops in proptest::collection::vec(op_with_half_lives_gen(), 1..150),
+    ) {
+        let mut ops = ops;
+        ops.insert(0, Op::HalfLife(0, first.0));
+        ops.insert(1, Op::HalfLife(1, first.1));
+        let (d, checkpoints) = run(&c, &tenants, cfg, &ops);
+        check_replay(&d, &checkpoints)?;
+        assert_memo_hides_nothing(&d);
+        check_decayed_use_in_log(&d.log)?;
+        if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
+            let kept = (0..d.state.tenants().len() as u32)
+                .filter(|&t| d.state.decayed_use(t, d.now).gpu_ms.iter().any(|v| *v > 0.0))
+                .count();
+            let admitted = d.log.iter().filter(|e| matches!(e, Event::JobAdmitted { .. })).count();
+            eprintln!("tenants with decayed use {kept} of {} admissions {admitted}", d.state.tenants().len());
+        }
+    }
+
     /// With every node healthy and enough cycles, nothing stays queued that
     /// its tenant's quota and the cluster's shape allow: all accepted jobs end.
     #[test]
@@ -605,6 +669,71 @@ fn check_gates_in_log(log: &[Event]) -> Result<(), TestCaseError> {
                 array,
                 n,
                 limit
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Folds the log and sums each tenant's decayed use apart from the fold:
+/// from its cohort's last half-life change (the fold's value then), add
+/// each stretch of constant usage decayed to the end. The two agree to
+/// 1e-9 of the larger.
+fn check_decayed_use_in_log(log: &[Event]) -> Result<(), TestCaseError> {
+    /// A tenant's record: the base (value and time at the last change of
+    /// its cohort's half-life), then (start, end, gpus) stretches.
+    #[derive(Default)]
+    struct Sum {
+        base: Vec<f64>,
+        base_at: u64,
+        stretches: Vec<(u64, u64, Vec<u32>)>,
+    }
+    let mut st = State::new();
+    let mut sums: Vec<Sum> = Vec::new();
+    for e in log {
+        let before_clock = st.clock().0;
+        let before_usage: Vec<Vec<u32>> = st.tenants().iter().map(|t| t.usage.clone()).collect();
+        st.apply(e).expect("the log replays");
+        let now = st.clock().0;
+        sums.resize_with(st.tenants().len(), Sum::default);
+        for (t, usage) in before_usage.into_iter().enumerate() {
+            if now > before_clock {
+                sums[t].stretches.push((before_clock, now, usage));
+            }
+        }
+        if matches!(e, Event::CohortConfigured { .. } | Event::TenantConfigured { .. }) {
+            for (t, sum) in sums.iter_mut().enumerate() {
+                let d = st.decayed_use(t as u32, st.clock());
+                *sum = Sum { base: d.gpu_ms, base_at: now, stretches: Vec::new() };
+            }
+        }
+    }
+    let now = st.clock().0;
+    for (t, sum) in sums.iter().enumerate() {
+        let h = st.usage_half_life_ms(t as u32);
+        let fold = st.decayed_use(t as u32, st.clock());
+        if h == 0 {
+            prop_assert!(fold.gpu_ms.is_empty());
+            continue;
+        }
+        let tau = gpusched_core::mean_life_ms(h);
+        let decay = |age: u64| 0.5f64.powf(age as f64 / h as f64);
+        let flavors = fold.gpu_ms.len().max(sum.base.len());
+        for f in 0..flavors {
+            let mut want = sum.base.get(f).copied().unwrap_or(0.0) * decay(now - sum.base_at);
+            for (start, end, usage) in &sum.stretches {
+                let u = f64::from(usage.get(f).copied().unwrap_or(0));
+                want += u * tau * (decay(now - end) - decay(now - start));
+            }
+            let got = fold.gpu_ms(f);
+            let scale = want.abs().max(got.abs()).max(1.0);
+            prop_assert!(
+                (want - got).abs() <= 1e-9 * scale,
+                "tenant {} flavor {}: fold {} sum {}",
+                t,
+                f,
+                got,
+                want
             );
         }
     }

@@ -23,7 +23,7 @@
 //! events writes beside them and checks before reading them. Any change
 //! to the layout (a field added to a variant, a variant appended) bumps
 //! it, and the checked-in message of every kind
-//! (`shared/events/fixtures/log-v3.bus`, tested by the bus crate) fails
+//! (`shared/events/fixtures/log-v4.bus`, tested by the bus crate) fails
 //! until it does. A reader of another form must refuse the message and
 //! read those events from the log (docs/extending.md).
 //!
@@ -36,13 +36,13 @@ use crate::{
     QueueState, RejectReason, RequeueReason, Victim, WorkerExit,
 };
 use gpusched_model::{
-    positional::job_spec, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
+    positional::job_spec, CohortSpec, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
 /// The number of the binary form's layout. Bumped with every change to
 /// it; readers refuse a form they do not know.
-pub const FORM: u16 = 3;
+pub const FORM: u16 = 4;
 
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "WorkerExit")]
@@ -291,6 +291,10 @@ enum EventDef {
         dependency: JobId,
         at: Timestamp,
     },
+    CohortConfigured {
+        spec: CohortSpec,
+        at: Timestamp,
+    },
 }
 
 /// A job's worker exits, each with every field written.
@@ -385,6 +389,7 @@ mod tests {
             NodeEvicted { .. } => 24,
             EvictionPlanned { .. } => 25,
             JobDependencyFailed { .. } => 26,
+            CohortConfigured { .. } => 27,
         }
     }
 
@@ -711,6 +716,13 @@ mod tests {
             Event::JobDependencyFailed {
                 job: j,
                 dependency: JobId(3),
+                at: t,
+            },
+            Event::CohortConfigured {
+                spec: CohortSpec {
+                    name: "research".into(),
+                    usage_half_life_s: 86_400,
+                },
                 at: t,
             },
             Event::JobPending {

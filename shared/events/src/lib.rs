@@ -10,7 +10,7 @@
 
 pub mod binary;
 
-use gpusched_model::{Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp};
+use gpusched_model::{CohortSpec, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -432,6 +432,8 @@ pub enum Aggregate {
     Node(NodeId),
     /// A tenant, by name.
     Tenant(String),
+    /// A cohort, by name.
+    Cohort(String),
     /// Cluster-wide configuration (the topology levels).
     Cluster,
 }
@@ -705,12 +707,21 @@ pub enum Event {
         /// When.
         at: Timestamp,
     },
+    /// A cohort's own settings were set or replaced (its members are the
+    /// tenants that name it).
+    CohortConfigured {
+        /// The settings.
+        spec: CohortSpec,
+        /// When: members' decayed use is brought up to this time under the
+        /// old half-life before the new one applies.
+        at: Timestamp,
+    },
 }
 
 /// Every event kind ([`Event::kind`]), in the order the variants are
 /// declared: `KINDS[i]` is the kind whose binary form has variant index
 /// `i` (`binary`'s tests check both). Only appended to, like `Event`.
-pub const KINDS: [&str; 27] = [
+pub const KINDS: [&str; 28] = [
     "topology_configured",
     "tenant_configured",
     "node_added",
@@ -738,6 +749,7 @@ pub const KINDS: [&str; 27] = [
     "node_evicted",
     "eviction_planned",
     "job_dependency_failed",
+    "cohort_configured",
 ];
 
 /// The kinds that end a job for good ([`Event::ends_job`]).
@@ -759,7 +771,8 @@ impl Event {
             | NodeUncordoned { .. }
             | NodeDrained { .. }
             | QueueStateSet { .. }
-            | NodeEvicted { .. } => Producer::Admin,
+            | NodeEvicted { .. }
+            | CohortConfigured { .. } => Producer::Admin,
             NodeAdded { .. }
             | NodeLost { .. }
             | NodeRejoined { .. }
@@ -817,6 +830,7 @@ impl Event {
             NodeEvicted { .. } => "node_evicted",
             EvictionPlanned { .. } => "eviction_planned",
             JobDependencyFailed { .. } => "job_dependency_failed",
+            CohortConfigured { .. } => "cohort_configured",
         }
     }
 
@@ -827,6 +841,7 @@ impl Event {
         match self {
             TopologyConfigured { .. } => Aggregate::Cluster,
             TenantConfigured { spec } => Aggregate::Tenant(spec.name.clone()),
+            CohortConfigured { spec, .. } => Aggregate::Cohort(spec.name.clone()),
             NodeAdded { node, .. }
             | NodeCordoned { node }
             | NodeUncordoned { node }
@@ -862,6 +877,41 @@ impl Event {
     /// its user or for a failed dependency) or rejected.
     pub fn ends_job(&self) -> bool {
         ENDING_KINDS.contains(&self.kind())
+    }
+
+    /// When this event happened, if it carries a time.
+    pub fn at(&self) -> Option<Timestamp> {
+        use Event::*;
+        match self {
+            NodeAdded { at, .. }
+            | NodeLost { at, .. }
+            | NodeRejoined { at, .. }
+            | JobSubmitted { at, .. }
+            | JobAdmitted { at, .. }
+            | JobPending { at, .. }
+            | JobBound { at, .. }
+            | JobStarted { at, .. }
+            | JobFinished { at, .. }
+            | JobCancelled { at, .. }
+            | JobCancelRequested { at, .. }
+            | JobRequeued { at, .. }
+            | JobCheckpointed { at, .. }
+            | PreemptionPlanned { at, .. }
+            | JobPreempted { at, .. }
+            | ReservationMade { at, .. }
+            | QueueStateSet { at, .. }
+            | NodeEvicted { at, .. }
+            | EvictionPlanned { at, .. }
+            | JobDependencyFailed { at, .. }
+            | CohortConfigured { at, .. } => Some(*at),
+            TopologyConfigured { .. }
+            | TenantConfigured { .. }
+            | NodeCordoned { .. }
+            | NodeUncordoned { .. }
+            | NodeDrained { .. }
+            | JobAccepted { .. }
+            | JobRejected { .. } => None,
+        }
     }
 
     /// The job this event is about, if any.

@@ -169,6 +169,40 @@ fn default_true() -> bool {
     true
 }
 
+/// The longest usage half-life a cohort may have: ten years, in seconds.
+pub const MAX_USAGE_HALF_LIFE_S: u64 = 10 * 366 * 24 * 3600;
+
+/// A cohort's own settings (its members name it in `TenantSpec.cohort`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CohortSpec {
+    /// The cohort's name, as its tenants give it.
+    #[schema(min_length = 1)]
+    pub name: String,
+    /// Seconds over which a member's past GPU use counts half as much:
+    /// borrowers are served lowest decayed use per weight first. `0` (the
+    /// default) orders them by the share they borrow now.
+    #[serde(default)]
+    #[schema(maximum = 316_224_000_u64)]
+    pub usage_half_life_s: u64,
+}
+
+impl CohortSpec {
+    /// Field-level checks.
+    pub fn check_fields(&self) -> Result<(), FieldError> {
+        if self.name.trim().is_empty() {
+            return Err(FieldError::new("name", "must not be empty"));
+        }
+        if self.usage_half_life_s > MAX_USAGE_HALF_LIFE_S {
+            return Err(FieldError::new(
+                "usage_half_life_s",
+                "must be at most 316224000 (ten years)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A named priority value, as in Kubernetes PriorityClass or Slurm QOS.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

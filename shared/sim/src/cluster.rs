@@ -8,7 +8,7 @@
 
 use gpusched_core::CycleConfig;
 use gpusched_events::Event;
-use gpusched_model::{NodeId, NodeSpec, PriorityClass, TenantSpec, Timestamp};
+use gpusched_model::{CohortSpec, NodeId, NodeSpec, PriorityClass, TenantSpec, Timestamp};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -139,6 +139,9 @@ pub struct ClusterFile {
     /// Tenants.
     #[serde(default)]
     pub tenant: Vec<TenantSpec>,
+    /// Cohorts' own settings (a cohort its tenants name needs none).
+    #[serde(default)]
+    pub cohort: Vec<CohortSpec>,
 }
 
 /// A parsed, checked cluster: the events that build it and its limits.
@@ -280,6 +283,24 @@ impl Cluster {
         }
         if tenants.is_empty() {
             return Err(invalid("tenant", "at least one tenant is needed".into()));
+        }
+        let mut cohorts = std::collections::BTreeSet::new();
+        for (ci, c) in file.cohort.iter().enumerate() {
+            c.check_fields()
+                .map_err(|e| invalid(&format!("cohort[{ci}].{}", e.field), e.rule))?;
+            if !cohorts.insert(c.name.as_str()) {
+                return Err(invalid("cohort.name", format!("{} is listed twice", c.name)));
+            }
+            if !file.tenant.iter().any(|t| t.cohort.as_deref() == Some(&c.name)) {
+                return Err(invalid(
+                    &format!("cohort[{ci}].name"),
+                    format!("no tenant is in cohort {}", c.name),
+                ));
+            }
+            events.push(Event::CohortConfigured {
+                spec: c.clone(),
+                at: Timestamp(0),
+            });
         }
         let d = CycleConfig::default();
         let s = &file.scheduler;

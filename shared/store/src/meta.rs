@@ -17,6 +17,8 @@ pub enum AggregateKind {
     Tenant,
     /// Cluster-wide configuration (the topology levels).
     Cluster,
+    /// A cohort, by its name.
+    Cohort,
 }
 
 impl AggregateKind {
@@ -27,6 +29,7 @@ impl AggregateKind {
             AggregateKind::Node => "node",
             AggregateKind::Tenant => "tenant",
             AggregateKind::Cluster => "cluster",
+            AggregateKind::Cohort => "cohort",
         }
     }
 }
@@ -36,6 +39,7 @@ pub fn aggregate_of(ev: &Event) -> (AggregateKind, String) {
     match ev.aggregate() {
         Aggregate::Cluster => (AggregateKind::Cluster, "topology".to_string()),
         Aggregate::Tenant(name) => (AggregateKind::Tenant, name),
+        Aggregate::Cohort(name) => (AggregateKind::Cohort, name),
         Aggregate::Node(n) => (AggregateKind::Node, n.0.to_string()),
         Aggregate::Job(j) => (AggregateKind::Job, j.0.to_string()),
     }

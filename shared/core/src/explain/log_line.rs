@@ -41,6 +41,17 @@ pub fn log_line(before: &State, ev: &Event) -> String {
                 }
             )
         }
+        Event::CohortConfigured { spec, .. } => match spec.usage_half_life_s {
+            0 => format!(
+                "cohort {} configured: borrowers served by the share they borrow now",
+                spec.name
+            ),
+            h => format!(
+                "cohort {} configured: borrowers served by use decayed with a half-life of {}",
+                spec.name,
+                crate::explain::words::declared(h)
+            ),
+        },
         Event::NodeAdded { spec, .. } => format!(
             "node {} added: {} × {} at {}",
             spec.name,
