@@ -49,7 +49,7 @@ fn first_reclaim(log: &[Event]) -> (usize, u64, u64) {
 
 /// The queue rows of a state, as (tenant, flavor, used).
 fn used_rows(s: &State) -> Vec<(String, String, u64)> {
-    let v = serde_json::to_value(gpusched_gateway::queues_view(s)).unwrap();
+    let v = serde_json::to_value(gpusched_gateway::queues_view(s, s.clock())).unwrap();
     v["queues"]
         .as_array()
         .unwrap()

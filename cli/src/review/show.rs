@@ -60,7 +60,7 @@ pub async fn show(url: &str, at: Option<Instant>, what: ShowWhat, args: &ShowArg
     println!();
     let text = match what {
         ShowWhat::Queues => {
-            let v = serde_json::to_value(gpusched_gateway::queues_view(&w.state))
+            let v = serde_json::to_value(gpusched_gateway::queues_view(&w.state, w.state.clock()))
                 .context("encoding the queues")?;
             client::queues_table(&v)
         }

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gpusched_core::{NodeStatus, Phase, State};
 use gpusched_events::{Event, QueueState};
-use gpusched_model::{Gpus, NodeId, TenantSpec};
+use gpusched_model::{Gpus, NodeId, TenantSpec, Timestamp};
 use gpusched_runtime::read_view;
 use serde::Serialize;
 use utoipa::openapi::schema::Schema;
@@ -59,6 +59,9 @@ pub struct QueueRow {
     pending_by_reason: BTreeMap<&'static str, u64>,
     /// Jobs bound or running in this flavor.
     pub(crate) running: u64,
+    /// Where its cohort keeps use with a half-life: the mean GPUs it held
+    /// in this flavor, weighted by age, up to now; `null` otherwise.
+    pub(crate) decayed_gpus: Option<f64>,
 }
 
 /// Every tenant's quota and use, per flavor.
@@ -68,8 +71,8 @@ pub struct QueuesView {
     queues: Vec<QueueRow>,
 }
 
-/// One row per tenant and flavor (also what `/metrics` exports).
-pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
+/// One row per tenant and flavor at `now` (also what `/metrics` exports).
+pub(crate) fn queue_rows(s: &State, now: Timestamp) -> Vec<QueueRow> {
     let nf = s.flavors().len();
     let nt = s.tenants().len();
     // Jobs per tenant and flavor: one pass over the jobs.
@@ -122,6 +125,8 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
     }
     let mut rows = Vec::new();
     for (ti, t) in s.tenants().iter().enumerate() {
+        let half_life = s.usage_half_life_ms(ti as u32);
+        let decayed = (half_life > 0).then(|| s.decayed_use(ti as u32, now));
         let mut flavors: Vec<usize> = t.flavor_order.iter().map(|f| usize::from(*f)).collect();
         for (f, n) in running[ti].iter().enumerate() {
             if !flavors.contains(&f) && (t.used(f as gpusched_core::FlavorIdx) > 0 || *n > 0) {
@@ -157,6 +162,7 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
                 pending: pending[ti][f],
                 pending_by_reason: std::mem::take(&mut by_reason[ti][f]),
                 running: running[ti][f],
+                decayed_gpus: decayed.as_ref().map(|d| d.mean_gpus(f, half_life)),
             });
         }
     }
@@ -171,16 +177,16 @@ pub(crate) fn queue_rows(s: &State) -> Vec<QueueRow> {
     security(("bearer" = [])))]
 pub async fn queues(who: Principal, AxState(gw): AxState<Gateway>) -> Json<QueuesView> {
     let p = read_view(&gw.view);
-    let mut view = queues_view(p.state());
+    let mut view = queues_view(p.state(), gpusched_runtime::wall_clock());
     view.queues.retain(|r| who.may_touch(&r.tenant));
     Json(view)
 }
 
 /// `GET /v1/queues`'s answer for a state (also what `gpusched replay
 /// --show queues` prints).
-pub fn queues_view(s: &State) -> QueuesView {
+pub fn queues_view(s: &State, now: Timestamp) -> QueuesView {
     QueuesView {
-        queues: queue_rows(s),
+        queues: queue_rows(s, now),
     }
 }
 

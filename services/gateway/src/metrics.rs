@@ -189,7 +189,13 @@ impl Collector for ViewCollector {
                 .map(|ph| (phase_name(*ph), s.phase_counts().get(*ph)))
                 .collect();
             let tally = p.tally().cloned().unwrap_or_default();
-            (p.seq(), queue_rows(s), pending(s), by_state, tally)
+            (
+                p.seq(),
+                queue_rows(s, gpusched_model::Timestamp(now_ms)),
+                pending(s),
+                by_state,
+                tally,
+            )
         };
         let e = &mut enc;
         encode_tally(e, &tally)?;
@@ -251,6 +257,14 @@ impl Collector for ViewCollector {
         for (name, help, value) in quota {
             gauge_family(e, name, help, None, rows.iter().map(|r| (tf(r), value(r))))?;
         }
+        gauge_family(
+            e,
+            "quota_decayed_use_gpus",
+            "Where the tenant's cohort keeps use with a half-life: the mean GPUs it held in the flavor, weighted by age (borrowers are served lowest per weight first).",
+            None,
+            rows.iter()
+                .filter_map(|r| r.decayed_gpus.map(|g| (tf(r), g))),
+        )?;
         gauge(
             e,
             "view_sequence",

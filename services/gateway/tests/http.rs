@@ -1632,6 +1632,28 @@ async fn a_cohorts_half_life_is_set_by_the_admin_and_its_borrowers_shown_in_the_
     // 16 GPUs for two half-lives: a mean of 16 · (1 − ¼) = 12.
     let used = members[1]["decayed_gpus"][H100].as_f64().unwrap();
     assert!((used - 12.0).abs() < 0.1, "{v}");
+    // The queue view and /metrics say the same of vision's use.
+    let (_, q) = api.call("GET", "/v1/queues", Some(ADMIN), None).await;
+    let row = q["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tenant"] == "vision")
+        .unwrap();
+    assert!(
+        (row["decayed_gpus"].as_f64().unwrap() - 12.0).abs() < 0.1,
+        "{q}"
+    );
+    let (_, m) = api.call("GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap_or_default().to_string();
+    let line = m
+        .lines()
+        .find(|l| {
+            l.starts_with("gpusched_quota_decayed_use_gpus{") && l.contains("tenant=\"vision\"")
+        })
+        .unwrap_or_else(|| panic!("{m}"));
+    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((value - 12.0).abs() < 0.1, "{line}");
     // A tenant token sees its own cohort, and only its own row.
     let (_, mine) = api.call("GET", "/v1/cohorts", Some(VISION), None).await;
     let rows = mine["cohorts"][0]["members"].as_array().unwrap();
