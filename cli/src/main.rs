@@ -19,6 +19,7 @@ mod tenants;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use gpusched_sim::report::ReportOptions;
 use gpusched_sim::workload::{self, ItpOptions, SyntheticOptions};
 use gpusched_sim::{replay, Cluster, Report, SimOptions, Simulator, Workload};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -161,6 +162,8 @@ enum ScenarioArg {
     Maintenance,
     /// Pipelines chained by dependencies, some failing, and a job array under a limit (docs/simulator.md).
     Pipeline,
+    /// Borrowers of weights 1, 2 and 4 under a usage half-life, one bursting early and returning (docs/simulator.md).
+    Fairshare,
 }
 
 #[derive(clap::Args)]
@@ -187,6 +190,14 @@ struct SimulateArgs {
     /// warming up. Counted as recovery (restart) in the goodput figures.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     restore_s: u64,
+    /// Set every cohort's usage half-life, overriding the cluster file or
+    /// scenario: borrowers are then served lowest decayed use per weight
+    /// first (0: by the share they borrow now).
+    #[arg(long, value_name = "SECONDS")]
+    usage_half_life: Option<u64>,
+    /// Length of the report's fair-share windows, in virtual seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = gpusched_sim::report::DEFAULT_FAIR_SHARE_WINDOW_S)]
+    fair_share_window: u64,
     /// Print this job's history with the reason at each step.
     #[arg(long, value_name = "JOB_ID")]
     explain: Option<u64>,
@@ -360,12 +371,25 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         ScenarioArg::Reclaim => gpusched_sim::scenario::reclaim(args.seed),
         ScenarioArg::Maintenance => gpusched_sim::scenario::maintenance(args.seed),
         ScenarioArg::Pipeline => gpusched_sim::scenario::pipeline(args.seed),
+        ScenarioArg::Fairshare => gpusched_sim::scenario::fairshare(args.seed),
     });
-    let cluster = match (&scenario, &args.cluster) {
+    let mut cluster = match (&scenario, &args.cluster) {
         (Some((c, _)), _) => c.clone(),
         (None, Some(p)) => Cluster::load(p).context("--cluster")?,
         (None, None) => Cluster::demo(),
     };
+    if let Some(h) = args.usage_half_life {
+        if h > gpusched_model::MAX_USAGE_HALF_LIFE_S {
+            bail!(
+                "--usage-half-life: must be at most {} (ten years)",
+                gpusched_model::MAX_USAGE_HALF_LIFE_S
+            );
+        }
+        gpusched_sim::scenario::set_usage_half_life(&mut cluster, h);
+    }
+    if args.fair_share_window == 0 {
+        bail!("--fair-share-window: must be at least 1");
+    }
     let workload: Workload = match (&args.workload, args.synthetic) {
         _ if scenario.is_some() => scenario.map(|(_, w)| w).unwrap_or_default(),
         (Some(path), _) => match args.workload_format {
@@ -468,7 +492,10 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     .context("simulation stopped")?;
     bar.finish_and_clear();
 
-    let mut report = Report::build(&sim, cluster_desc);
+    let report_opts = ReportOptions {
+        fair_share_window_s: args.fair_share_window,
+    };
+    let mut report = Report::build_with(&sim, cluster_desc, &report_opts);
     if args.verify_replay {
         let replayed = replay(sim.log()).context("replay refused an event")?;
         report.replay_hash_matches = Some(replayed.state_hash() == report.state_hash);

@@ -32,7 +32,8 @@ pub struct DiffArgs {
 type Use = BTreeMap<(String, String), [u64; 4]>;
 
 fn use_of(s: &State) -> Result<Use> {
-    let v = serde_json::to_value(gpusched_gateway::queues_view(s, s.clock())).context("encoding queues")?;
+    let v = serde_json::to_value(gpusched_gateway::queues_view(s, s.clock()))
+        .context("encoding queues")?;
     let mut out = Use::new();
     for q in v
         .get("queues")

@@ -81,7 +81,12 @@ fn a_message_of_a_previous_binary_form_is_refused_before_any_event_is_read() {
 
 #[test]
 fn a_log_carried_in_both_forms_interleaved_folds_as_the_log_does() {
-    for name in ["log-v1.jsonl", "log-v2.jsonl", "log-v3.jsonl", "log-v4.jsonl"] {
+    for name in [
+        "log-v1.jsonl",
+        "log-v2.jsonl",
+        "log-v3.jsonl",
+        "log-v4.jsonl",
+    ] {
         carried_in_both_forms(&log(name));
     }
 }

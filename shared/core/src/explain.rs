@@ -712,7 +712,9 @@ pub fn fair_share_standing(state: &State, id: JobId, now: Timestamp) -> Option<S
         pending_reason(state, id),
         Some(PendingReason::QuotaExceeded { .. } | PendingReason::CohortExhausted { .. })
     );
-    let t = job.tenant.filter(|_| job.phase == Phase::Queued && waits_on_quota)?;
+    let t = job
+        .tenant
+        .filter(|_| job.phase == Phase::Queued && waits_on_quota)?;
     let c = state.tenant(t).cohort?;
     let cohort = state.cohort(c);
     let half_life = cohort.half_life_ms();

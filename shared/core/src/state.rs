@@ -14,18 +14,18 @@ use gpusched_events::{
     QueueState, RejectReason, RequeueReason, Victim,
 };
 use gpusched_model::{
-    CohortSpec, FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp, LEVEL_ANY,
-    LEVEL_NODE,
+    CohortSpec, FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
+    LEVEL_ANY, LEVEL_NODE,
 };
 use rustc_hash::FxHashMap;
 
 mod gates;
 mod usage;
 pub use gates::{ArraySlots, Dependency};
-pub use usage::{mean_life_ms, DecayedUse};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+pub use usage::{mean_life_ms, DecayedUse};
 
 /// Index of a tenant in the state's tenant table.
 pub type TenantIdx = u32;
@@ -2538,10 +2538,16 @@ impl State {
         for (ti, t) in self.tenants.iter().enumerate() {
             let d = &t.decayed;
             if d.at > self.clock {
-                return Err(format!("tenant {}: decayed use ahead of the clock", t.spec.name));
+                return Err(format!(
+                    "tenant {}: decayed use ahead of the clock",
+                    t.spec.name
+                ));
             }
             if self.usage_half_life_ms(ti as TenantIdx) == 0 && !d.gpu_ms.is_empty() {
-                return Err(format!("tenant {}: decayed use kept without a half-life", t.spec.name));
+                return Err(format!(
+                    "tenant {}: decayed use kept without a half-life",
+                    t.spec.name
+                ));
             }
             if let Some(v) = d.gpu_ms.iter().find(|v| !v.is_finite() || **v < 0.0) {
                 return Err(format!("tenant {}: decayed use {v}", t.spec.name));

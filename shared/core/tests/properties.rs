@@ -701,10 +701,17 @@ fn check_decayed_use_in_log(log: &[Event]) -> Result<(), TestCaseError> {
                 sums[t].stretches.push((before_clock, now, usage));
             }
         }
-        if matches!(e, Event::CohortConfigured { .. } | Event::TenantConfigured { .. }) {
+        if matches!(
+            e,
+            Event::CohortConfigured { .. } | Event::TenantConfigured { .. }
+        ) {
             for (t, sum) in sums.iter_mut().enumerate() {
                 let d = st.decayed_use(t as u32, st.clock());
-                *sum = Sum { base: d.gpu_ms, base_at: now, stretches: Vec::new() };
+                *sum = Sum {
+                    base: d.gpu_ms,
+                    base_at: now,
+                    stretches: Vec::new(),
+                };
             }
         }
     }

@@ -289,9 +289,16 @@ impl Cluster {
             c.check_fields()
                 .map_err(|e| invalid(&format!("cohort[{ci}].{}", e.field), e.rule))?;
             if !cohorts.insert(c.name.as_str()) {
-                return Err(invalid("cohort.name", format!("{} is listed twice", c.name)));
+                return Err(invalid(
+                    "cohort.name",
+                    format!("{} is listed twice", c.name),
+                ));
             }
-            if !file.tenant.iter().any(|t| t.cohort.as_deref() == Some(&c.name)) {
+            if !file
+                .tenant
+                .iter()
+                .any(|t| t.cohort.as_deref() == Some(&c.name))
+            {
                 return Err(invalid(
                     &format!("cohort[{ci}].name"),
                     format!("no tenant is in cohort {}", c.name),

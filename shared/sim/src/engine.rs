@@ -3,7 +3,8 @@
 //! Owns: the virtual clock, the agenda of arrivals, completions and node
 //! losses, playing the node agents' part (starting bound jobs, reporting
 //! completions: success, or failure for a job the workload says fails),
-//! and the measurements the report is built from.
+//! and the measurements the report is built from (among them each
+//! tenant's GPUs held and backlog over time, for the fair-share section).
 //!
 //! Must never: decide anything the core decides, or read the wall clock for
 //! anything but measuring how long cycles take. Same cluster, workload and
@@ -11,6 +12,7 @@
 
 use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadKind};
+use gpusched_core::state::TenantIdx;
 use gpusched_core::{
     run_cycle_timed, ApplyError, CycleConfig, Goodput, Phase, ReclaimClock, ScanMemo, Stage,
     StageClock, State,
@@ -152,6 +154,107 @@ pub struct Measurements {
     pub operations: Operations,
     /// What dependencies and array limits did.
     pub gates: Gates,
+    /// Each tenant's GPUs held and backlog, as they changed.
+    pub shares: ShareLog,
+}
+
+/// What a job counts as in its tenant's figures now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Demand {
+    /// Ended, or not known.
+    None,
+    /// Waiting for GPUs: submitted, queued or admitted.
+    Waiting,
+    /// Holding this many GPUs: bound, running or preempting.
+    Holding(u64),
+}
+
+/// One tenant's figures from some instant on, until its next change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareChange {
+    /// From when.
+    pub at: Timestamp,
+    /// The tenant.
+    pub tenant: TenantIdx,
+    /// GPUs its jobs hold.
+    pub gpus: u64,
+    /// Whether a job of it waits for GPUs (submitted, queued or admitted).
+    pub backlogged: bool,
+}
+
+/// Each tenant's GPUs held and whether it had jobs waiting, recorded as
+/// they change (in time order), from the phases the events leave its jobs
+/// in: what the report's fair-share section integrates over its windows.
+#[derive(Clone, Debug, Default)]
+pub struct ShareLog {
+    /// Jobs not ended → their tenant and what they count as.
+    jobs: FxHashMap<JobId, (TenantIdx, Demand)>,
+    /// Per tenant: GPUs held, jobs waiting.
+    now: Vec<(u64, u64)>,
+    /// Every change, in time order.
+    pub changes: Vec<ShareChange>,
+}
+
+impl ShareLog {
+    /// Notes what `e` (already applied to `state`) left its job as. Within
+    /// one cycle the state is already the cycle's end, which is the same
+    /// instant.
+    fn observe(&mut self, e: &Event, state: &State, now: Timestamp) {
+        let Some(id) = e.job() else { return };
+        let Some(j) = state.job(id) else { return };
+        let Some(t) = state.tenant_idx(&j.spec.tenant) else {
+            return;
+        };
+        let demand = match j.phase {
+            Phase::Submitted | Phase::Queued | Phase::Admitted => Demand::Waiting,
+            p if p.holds_gpus() => Demand::Holding(u64::from(j.spec.total_gpus())),
+            _ => Demand::None,
+        };
+        let old = match demand {
+            Demand::None => self.jobs.remove(&id),
+            d => self.jobs.insert(id, (t, d)),
+        };
+        let old = old.map_or(Demand::None, |(_, d)| d);
+        if old == demand {
+            return;
+        }
+        let before = self.figures(t);
+        self.count(t, old, false);
+        self.count(t, demand, true);
+        let (gpus, backlogged) = self.figures(t);
+        if (gpus, backlogged) != before {
+            self.changes.push(ShareChange {
+                at: now,
+                tenant: t,
+                gpus,
+                backlogged,
+            });
+        }
+    }
+
+    /// A tenant's GPUs held and whether it has jobs waiting.
+    fn figures(&self, t: TenantIdx) -> (u64, bool) {
+        let (gpus, waiting) = self.now.get(t as usize).copied().unwrap_or((0, 0));
+        (gpus, waiting > 0)
+    }
+
+    /// Adds a job's demand to its tenant's figures, or takes it away.
+    fn count(&mut self, t: TenantIdx, d: Demand, add: bool) {
+        if self.now.len() <= t as usize {
+            self.now.resize(t as usize + 1, (0, 0));
+        }
+        let (gpus, waiting) = &mut self.now[t as usize];
+        let (target, n) = match d {
+            Demand::None => return,
+            Demand::Waiting => (waiting, 1),
+            Demand::Holding(g) => (gpus, g),
+        };
+        if add {
+            *target += n;
+        } else {
+            *target -= n;
+        }
+    }
 }
 
 /// What dependencies (`after_ok`, `after`) and array limits (`%N`) did,
@@ -489,6 +592,7 @@ impl Simulator {
         }
         m.operations.observe(e);
         m.gates.observe(e);
+        m.shares.observe(e, &self.state, self.now);
     }
 
     /// The agent's part after a run starts: its completion and its

@@ -2,7 +2,8 @@
 //!
 //! Owns: cluster files (`cluster`), workloads from the native CSV, the ITP
 //! traces and a synthetic generator (`workload`), the discrete-event loop
-//! that plays users and node agents (`engine`), and the report (`report`).
+//! that plays users and node agents (`engine`), built-in scenarios
+//! (`scenario`), and the report (`report`), fair-share section included.
 //!
 //! Must never: make a scheduling decision of its own; every decision comes
 //! from `gpusched-core`.
@@ -15,5 +16,5 @@ pub mod workload;
 
 pub use cluster::Cluster;
 pub use engine::{replay, Progress, SimOptions, Simulator};
-pub use report::Report;
+pub use report::{Report, ReportOptions};
 pub use workload::{Workload, WorkloadItem, WorkloadKind};

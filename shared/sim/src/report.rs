@@ -2,8 +2,10 @@
 //!
 //! Owns: turning a finished simulation's state and measurements into the
 //! figures users compare runs by — waits, completion times, utilisation,
-//! cycle cost, and what operations, dependencies and array limits did.
-//! A wait is a measured outcome here, never a prediction.
+//! cycle cost, what operations, dependencies and array limits did, and
+//! how each cohort member's share of GPU-hours tracked its weight (the
+//! fair-share section). A wait or a share is a measured outcome here,
+//! never a prediction.
 //!
 //! Must never: change the simulation.
 
@@ -268,11 +270,38 @@ pub struct Report {
     /// Dependencies and job arrays, when the workload had any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gates: Option<GatesReport>,
+    /// Each cohort member's share of GPU-hours against its weight, when
+    /// some cohort has more than one member.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<FairShareReport>,
+}
+
+/// How the report is computed.
+#[derive(Clone, Copy, Debug)]
+pub struct ReportOptions {
+    /// Length of the fair-share section's windows, virtual seconds (≥ 1).
+    pub fair_share_window_s: u64,
+}
+
+/// The fair-share section's default window: 6 hours.
+pub const DEFAULT_FAIR_SHARE_WINDOW_S: u64 = 6 * 3600;
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            fair_share_window_s: DEFAULT_FAIR_SHARE_WINDOW_S,
+        }
+    }
 }
 
 impl Report {
-    /// Builds the report of a finished simulation.
+    /// Builds the report of a finished simulation, with the default options.
     pub fn build(sim: &Simulator, cluster_desc: String) -> Report {
+        Report::build_with(sim, cluster_desc, &ReportOptions::default())
+    }
+
+    /// Builds the report of a finished simulation.
+    pub fn build_with(sim: &Simulator, cluster_desc: String, opts: &ReportOptions) -> Report {
         let state = sim.state();
         let m = &sim.measurements;
         let mut waits = Vec::new();
@@ -400,6 +429,7 @@ impl Report {
             replay_hash_matches: None,
             operations: operations(&m.operations),
             gates: gates(sim),
+            fair_share: fair_share(sim, opts.fair_share_window_s.max(1) * 1000),
         }
     }
 
@@ -577,6 +607,9 @@ impl Report {
                 );
             }
         }
+        if let Some(f) = &self.fair_share {
+            f.write_table(&mut s);
+        }
         let _ = writeln!(s);
         if let Some(ok) = self.replay_hash_matches {
             let _ = writeln!(s, "replay_hash_matches: {ok}");
@@ -692,6 +725,410 @@ fn gates(sim: &Simulator) -> Option<GatesReport> {
     Some(r)
 }
 
+/// Each cohort member's share of GPU-hours against its weight (only for
+/// cohorts of more than one tenant). See docs/simulator.md, "Fair share
+/// with a half-life".
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FairShareReport {
+    /// Window length, virtual seconds.
+    pub window_s: u64,
+    /// The run's deviation: the mean, over every counted window of every
+    /// such cohort, of the window's deviation (0: shares equal to weights).
+    pub deviation: f64,
+    /// Windows counted (at least two backlogged tenants that held GPUs).
+    pub windows_counted: usize,
+    /// Per cohort, in order of creation.
+    pub cohorts: Vec<CohortShares>,
+}
+
+/// One cohort's shares.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CohortShares {
+    /// Its name.
+    pub cohort: String,
+    /// Its usage half-life at the end, seconds (0: borrowers served by the
+    /// share they borrow now).
+    pub usage_half_life_s: u64,
+    /// GPU-hours its members' jobs held, whole run.
+    pub gpu_hours: f64,
+    /// The mean of its counted windows' deviations.
+    pub deviation: f64,
+    /// Its windows counted.
+    pub windows_counted: usize,
+    /// Its members, in configuration order.
+    pub tenants: Vec<TenantShare>,
+    /// Its windows, in time order.
+    pub windows: Vec<WindowShares>,
+}
+
+/// One member's figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TenantShare {
+    /// Its name.
+    pub tenant: String,
+    /// Its weight.
+    pub weight: f64,
+    /// Its weight over the sum of its cohort's weights.
+    pub weight_share: f64,
+    /// GPU-hours its jobs held, whole run.
+    pub gpu_hours: f64,
+    /// Its share of the cohort's GPU-hours, whole run.
+    pub share: f64,
+    /// Counted windows in which it was backlogged.
+    pub backlogged_windows: usize,
+    /// Over those windows, the mean of its share of the backlogged
+    /// tenants' GPU-hours.
+    pub mean_share_backlogged: f64,
+    /// Over those windows, the mean of its entitled share (its weight
+    /// over the backlogged tenants' weights).
+    pub mean_entitled_backlogged: f64,
+    /// Its decayed use at the end, mean GPUs weighted by age (summed over
+    /// flavors), when its cohort has a half-life.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decayed_use_gpus: Option<f64>,
+}
+
+/// One window of a cohort.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WindowShares {
+    /// Start, virtual seconds.
+    pub from_s: f64,
+    /// End, virtual seconds (the run's end for the last window).
+    pub to_s: f64,
+    /// GPU-hours the cohort's jobs held in it.
+    pub gpu_hours: f64,
+    /// Its deviation, when counted.
+    pub deviation: Option<f64>,
+    /// Per member.
+    pub tenants: BTreeMap<String, WindowShare>,
+}
+
+/// One member in one window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WindowShare {
+    /// Its share of the cohort's GPU-hours in the window.
+    pub share: f64,
+    /// Whether it had jobs waiting for at least half of the window.
+    pub backlogged: bool,
+    /// When the window is counted and it was backlogged: its share of the
+    /// backlogged tenants' GPU-hours, and its entitled share of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_of_backlogged: Option<f64>,
+    /// Its weight over the backlogged tenants' weights (as above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entitled: Option<f64>,
+}
+
+/// Per tenant and window: GPU-ms held and ms backlogged.
+type Integrals = Vec<Vec<(f64, u64)>>;
+
+/// Integrates the engine's record of each tenant's GPUs held and backlog
+/// over windows of `window_ms` from 0 to `end`.
+fn integrate(
+    changes: &[crate::engine::ShareChange],
+    tenants: usize,
+    window_ms: u64,
+    end: u64,
+) -> Integrals {
+    let windows = end.div_ceil(window_ms).max(1) as usize;
+    let mut acc = vec![vec![(0.0, 0u64); windows]; tenants];
+    // Per tenant: since when, GPUs held, backlogged.
+    let mut last = vec![(0u64, 0u64, false); tenants];
+    let spread = |acc: &mut [(f64, u64)], (from, gpus, backlogged): (u64, u64, bool), to: u64| {
+        let mut a = from;
+        while a < to {
+            let w = a / window_ms;
+            let b = ((w + 1) * window_ms).min(to);
+            if let Some(slot) = acc.get_mut(w as usize) {
+                slot.0 += gpus as f64 * (b - a) as f64;
+                if backlogged {
+                    slot.1 += b - a;
+                }
+            }
+            a = b;
+        }
+    };
+    for c in changes {
+        let t = c.tenant as usize;
+        if t < tenants {
+            spread(&mut acc[t], last[t], c.at.0.min(end));
+            last[t] = (c.at.0, c.gpus, c.backlogged);
+        }
+    }
+    for (t, a) in acc.iter_mut().enumerate() {
+        spread(a, last[t], end);
+    }
+    acc
+}
+
+/// The fair-share section: for every cohort of more than one member.
+fn fair_share(sim: &Simulator, window_ms: u64) -> Option<FairShareReport> {
+    let state = sim.state();
+    let end = sim.measurements.end.0;
+    let acc = integrate(
+        &sim.measurements.shares.changes,
+        state.tenants().len(),
+        window_ms,
+        end,
+    );
+    let cohorts: Vec<CohortShares> = (0..state.cohorts().len() as u32)
+        .filter(|&c| state.cohort(c).members.len() > 1)
+        .map(|c| cohort_shares(state, c, &acc, window_ms, end))
+        .collect();
+    if cohorts.is_empty() {
+        return None;
+    }
+    let deviations: Vec<f64> = cohorts
+        .iter()
+        .flat_map(|c| c.windows.iter().filter_map(|w| w.deviation))
+        .collect();
+    Some(FairShareReport {
+        window_s: window_ms / 1000,
+        deviation: mean(&deviations),
+        windows_counted: deviations.len(),
+        cohorts,
+    })
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// One cohort's rows and windows.
+fn cohort_shares(
+    state: &gpusched_core::State,
+    c: u32,
+    acc: &Integrals,
+    window_ms: u64,
+    end: u64,
+) -> CohortShares {
+    let cohort = state.cohort(c);
+    let mut members = cohort.members.clone();
+    members.sort_unstable();
+    let weight = |t: u32| state.tenant(t).spec.weight;
+    let name = |t: u32| state.tenant(t).spec.name.clone();
+    let total_weight: f64 = members.iter().map(|&t| weight(t)).sum();
+    let held = |t: u32| acc[t as usize].iter().map(|w| w.0).sum::<f64>();
+    let total_held: f64 = members.iter().map(|&t| held(t)).sum();
+    let half_life_ms = cohort.half_life_ms();
+    let mut tenants: Vec<TenantShare> = members
+        .iter()
+        .map(|&t| TenantShare {
+            tenant: name(t),
+            weight: weight(t),
+            weight_share: ratio(weight(t), total_weight),
+            gpu_hours: held(t) / 3_600_000.0,
+            share: ratio(held(t), total_held),
+            decayed_use_gpus: (half_life_ms > 0).then(|| {
+                let d = state.decayed_use(t, gpusched_model::Timestamp(end));
+                (0..d.gpu_ms.len()).fold(0.0, |sum, f| sum + d.mean_gpus(f, half_life_ms))
+            }),
+            ..TenantShare::default()
+        })
+        .collect();
+    let windows: Vec<WindowShares> = (0..acc.first().map_or(0, Vec::len))
+        .map(|w| window_shares(state, &members, acc, w, window_ms, end))
+        .collect();
+    for r in &mut tenants {
+        let name = &r.tenant;
+        let (shares, entitled): (Vec<f64>, Vec<f64>) = windows
+            .iter()
+            .filter_map(|w| {
+                let s = w.tenants.get(name)?;
+                Some((s.share_of_backlogged?, s.entitled?))
+            })
+            .unzip();
+        r.backlogged_windows = shares.len();
+        r.mean_share_backlogged = mean(&shares);
+        r.mean_entitled_backlogged = mean(&entitled);
+    }
+    let deviations: Vec<f64> = windows.iter().filter_map(|w| w.deviation).collect();
+    CohortShares {
+        cohort: cohort.name.clone(),
+        usage_half_life_s: cohort.usage_half_life_s,
+        gpu_hours: total_held / 3_600_000.0,
+        deviation: mean(&deviations),
+        windows_counted: deviations.len(),
+        tenants,
+        windows,
+    }
+}
+
+/// One window: each member's share, whether it was backlogged (jobs
+/// waiting for at least half the window), and, when at least two
+/// backlogged members held GPUs in it, its deviation: half the sum over
+/// the backlogged members of |share of the backlogged members' GPU-hours
+/// − weight over the backlogged members' weights|.
+fn window_shares(
+    state: &gpusched_core::State,
+    members: &[u32],
+    acc: &Integrals,
+    w: usize,
+    window_ms: u64,
+    end: u64,
+) -> WindowShares {
+    let from = w as u64 * window_ms;
+    let to = ((w as u64 + 1) * window_ms).min(end);
+    let len = to.saturating_sub(from);
+    let at = |t: u32| acc[t as usize][w];
+    let backlogged: Vec<u32> = members
+        .iter()
+        .copied()
+        .filter(|&t| len > 0 && at(t).1 * 2 >= len)
+        .collect();
+    let total: f64 = members.iter().map(|&t| at(t).0).sum();
+    let b_held: f64 = backlogged.iter().map(|&t| at(t).0).sum();
+    let b_weight: f64 = backlogged
+        .iter()
+        .map(|&t| state.tenant(t).spec.weight)
+        .sum();
+    let counted = backlogged.len() >= 2 && b_held > 0.0;
+    let mut deviation = 0.0;
+    let mut tenants = BTreeMap::new();
+    for &t in members {
+        let is_b = backlogged.contains(&t);
+        let (mut share_b, mut entitled) = (None, None);
+        if counted && is_b {
+            let s = at(t).0 / b_held;
+            let e = ratio(state.tenant(t).spec.weight, b_weight);
+            deviation += (s - e).abs() / 2.0;
+            (share_b, entitled) = (Some(s), Some(e));
+        }
+        tenants.insert(
+            state.tenant(t).spec.name.clone(),
+            WindowShare {
+                share: ratio(at(t).0, total),
+                backlogged: is_b,
+                share_of_backlogged: share_b,
+                entitled,
+            },
+        );
+    }
+    WindowShares {
+        from_s: from as f64 / 1000.0,
+        to_s: to as f64 / 1000.0,
+        gpu_hours: total / 3_600_000.0,
+        deviation: counted.then_some(deviation),
+        tenants,
+    }
+}
+
+/// Most windows the table lists one by one.
+const TABLE_WINDOWS: usize = 16;
+
+impl FairShareReport {
+    /// The section's lines of the table.
+    fn write_table(&self, s: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            s,
+            "  fair share     {:.3} deviation of backlogged tenants' shares of GPU-hours from their weights (mean of {} windows of {} s; 0 = equal)",
+            self.deviation, self.windows_counted, self.window_s
+        );
+        for c in &self.cohorts {
+            let half_life = match c.usage_half_life_s {
+                0 => "no usage half-life".to_string(),
+                h => format!("usage half-life {h} s"),
+            };
+            let _ = writeln!(
+                s,
+                "  cohort {:<8} {half_life}; {:.1} GPU-h; deviation {:.3} over {} windows",
+                c.cohort, c.gpu_hours, c.deviation, c.windows_counted
+            );
+            let _ = writeln!(
+                s,
+                "    {:<14} {:>7} {:>8} {:>10} {:>7} {:>11} {:>10} {:>10} {:>12}",
+                "tenant",
+                "weight",
+                "weight%",
+                "GPU-h",
+                "share%",
+                "backlogged",
+                "share% b.",
+                "entitled%",
+                "decayed GPUs"
+            );
+            for t in &c.tenants {
+                let decayed = t
+                    .decayed_use_gpus
+                    .map_or("-".to_string(), |d| format!("{d:.1}"));
+                let _ = writeln!(
+                    s,
+                    "    {:<14} {:>7.2} {:>8.1} {:>10.1} {:>7.1} {:>11} {:>10.1} {:>10.1} {:>12}",
+                    t.tenant,
+                    t.weight,
+                    t.weight_share * 100.0,
+                    t.gpu_hours,
+                    t.share * 100.0,
+                    t.backlogged_windows,
+                    t.mean_share_backlogged * 100.0,
+                    t.mean_entitled_backlogged * 100.0,
+                    decayed
+                );
+            }
+            c.write_windows(s);
+        }
+    }
+}
+
+impl CohortShares {
+    /// Each window's shares (a `*` marks a backlogged tenant), or where
+    /// to find them when there are many.
+    fn write_windows(&self, s: &mut String) {
+        use std::fmt::Write;
+        if self.windows.len() > TABLE_WINDOWS {
+            let _ = writeln!(
+                s,
+                "    {} windows: each window's shares are in the --report JSON (fair_share.cohorts[].windows)",
+                self.windows.len()
+            );
+            return;
+        }
+        let mut head = format!("    {:<14}", "window (h)");
+        for t in &self.tenants {
+            let _ = write!(head, " {:>10}", truncate(&t.tenant, 10));
+        }
+        let _ = writeln!(s, "{head} {:>10}", "deviation");
+        for w in &self.windows {
+            let span = format!("{:.1}–{:.1}", w.from_s / 3600.0, w.to_s / 3600.0);
+            let mut line = format!("    {span:<14}");
+            for t in &self.tenants {
+                let cell = w.tenants.get(&t.tenant).map_or(String::new(), |x| {
+                    format!(
+                        "{:.1}{}",
+                        x.share * 100.0,
+                        if x.backlogged { "*" } else { " " }
+                    )
+                });
+                let _ = write!(line, " {cell:>10}");
+            }
+            let dev = w.deviation.map_or("-".to_string(), |d| format!("{d:.3}"));
+            let _ = writeln!(s, "{line} {dev:>10}");
+        }
+        let _ = writeln!(
+            s,
+            "    (share% of the cohort's GPU-hours per window; * backlogged at least half of it)"
+        );
+    }
+}
+
+/// At most `n` characters of `s`.
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -701,5 +1138,31 @@ mod tests {
         let p = Percentiles::of((1..=100).map(|i| i as f64).collect());
         assert_eq!((p.p50, p.p90, p.p99, p.max), (50.0, 90.0, 99.0, 100.0));
         assert_eq!(Percentiles::of(vec![]).max, 0.0);
+    }
+
+    #[test]
+    fn holding_and_backlog_are_split_at_window_edges() {
+        use crate::engine::ShareChange;
+        use gpusched_model::Timestamp;
+        let change = |at: u64, tenant: u32, gpus: u64, backlogged: bool| ShareChange {
+            at: Timestamp(at),
+            tenant,
+            gpus,
+            backlogged,
+        };
+        // Tenant 0: 8 GPUs from 5 to 25, backlogged from 15 to 35; tenant 1
+        // nothing. Windows of 10 to the end at 35.
+        let changes = [
+            change(5, 0, 8, false),
+            change(15, 0, 8, true),
+            change(25, 0, 0, true),
+        ];
+        let acc = integrate(&changes, 2, 10, 35);
+        assert_eq!(
+            acc[0],
+            [(40.0, 0), (80.0, 5), (40.0, 10), (0.0, 5)],
+            "the last window is cut at the end"
+        );
+        assert_eq!(acc[1], [(0.0, 0); 4]);
     }
 }

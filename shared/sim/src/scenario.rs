@@ -6,14 +6,18 @@
 //! tenants while an admin holds, drains and stops their queues and evicts
 //! nodes for maintenance. `pipeline` — one tenant's prep → train → eval
 //! pipelines chained by dependencies, some failing, while the other runs
-//! a large job array under a limit on tasks at once.
+//! a large job array under a limit on tasks at once. `fairshare` — three
+//! borrowers of weights 1, 2 and 4 in one cohort with a usage half-life,
+//! the heaviest bursting early, going quiet and returning. And
+//! [`set_usage_half_life`]: any cluster with every cohort's half-life set,
+//! to run the same cluster and workload with and without one.
 //!
 //! Must never: decide anything about scheduling.
 
 use crate::cluster::Cluster;
 use crate::workload::{link, Links, Workload, WorkloadItem, WorkloadKind};
-use gpusched_events::QueueState;
-use gpusched_model::{CheckpointPolicy, JobSpec, Timestamp};
+use gpusched_events::{Event, QueueState};
+use gpusched_model::{CheckpointPolicy, CohortSpec, JobSpec, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -316,6 +320,157 @@ pub fn pipeline(seed: u64) -> (Cluster, Workload) {
         items,
         description: format!(
             "pipeline scenario (seed {seed}): research submits {PIPELINES} pipelines, one every 10 min, each prep 1×8 (15–25 min) → train 2×8 (100–140 min, after_ok prep) → eval 1×8 (8–12 min, after_ok train) → cleanup 1 GPU (5 min, after eval); {FAILING_PREPS} preps fail; batch submits a {ARRAY_TASKS}-task array of 1×8, 10–20 min jobs at 5 min with max_running {ARRAY_MAX_RUNNING}"
+        ),
+    };
+    (cluster, workload)
+}
+
+/// Sets every cohort's usage half-life (seconds; 0: borrowers are served
+/// by the share they borrow now): a cohort the cluster configures gets the
+/// new value in its `CohortConfigured` event; any other cohort its tenants
+/// name gets one appended after the configuration, unless `seconds` is 0,
+/// which it already is (so the run is exactly the one without the call).
+pub fn set_usage_half_life(cluster: &mut Cluster, seconds: u64) {
+    // Cohorts the tenants name, in order, and those configured.
+    let (mut named, mut configured): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for e in &mut cluster.events {
+        match e {
+            Event::CohortConfigured { spec, .. } => {
+                spec.usage_half_life_s = seconds;
+                configured.push(spec.name.clone());
+            }
+            Event::TenantConfigured { spec } => named.extend(spec.cohort.clone()),
+            _ => {}
+        }
+    }
+    if seconds == 0 {
+        return;
+    }
+    named.dedup();
+    for name in named {
+        if !configured.contains(&name) {
+            configured.push(name.clone());
+            cluster.events.push(Event::CohortConfigured {
+                spec: CohortSpec {
+                    name,
+                    usage_half_life_s: seconds,
+                },
+                at: Timestamp(0),
+            });
+        }
+    }
+}
+
+/// The fairshare scenario's usage half-life: 2 hours.
+pub const FAIRSHARE_HALF_LIFE_S: u64 = 2 * 3600;
+
+/// The fairshare scenario's cluster: 128 H100s (2 racks × 2 blocks × 4
+/// nodes × 8 GPUs); borrowers `small`, `medium` and `large` of weights 1,
+/// 2 and 4 with no nominal quota, and `pool`, which lends all 128 GPUs and
+/// submits nothing, in cohort `lab` with a usage half-life of 2 hours.
+pub const FAIRSHARE_CLUSTER: &str = r#"
+[topology]
+levels = ["rack", "block"]
+
+[scheduler]
+max_heads = 256
+reservations = 4
+
+[[node_group]]
+flavor = "h100-80g"
+shape = [2, 2]
+nodes_per_leaf = 4
+gpus_per_node = 8
+
+[[tenant]]
+name = "small"
+cohort = "lab"
+weight = 1.0
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 0 }]
+
+[[tenant]]
+name = "medium"
+cohort = "lab"
+weight = 2.0
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 0 }]
+
+[[tenant]]
+name = "large"
+cohort = "lab"
+weight = 4.0
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 0 }]
+
+[[tenant]]
+name = "pool"
+cohort = "lab"
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 128 }]
+
+[[cohort]]
+name = "lab"
+usage_half_life_s = 7200
+"#;
+
+/// The fairshare scenario's submissions: (tenant, first at, every, jobs);
+/// seconds.
+const STREAMS: [(&str, u64, u64, u64); 4] = [
+    ("small", 0, 600, 75),
+    ("medium", 0, 300, 140),
+    ("large", 0, 180, 40),
+    ("large", 20 * 3600, 180, 80),
+];
+
+/// The fairshare scenario, on [`FAIRSHARE_CLUSTER`].
+///
+/// - From t = 0 `small` submits a job every 10 minutes (75 in all) and
+///   `medium` one every 5 minutes (140): each wants more than the cluster,
+///   so both stay backlogged for about 36 hours.
+/// - `large` bursts: 40 jobs, one every 3 minutes from t = 0, which last
+///   it about 8 hours; it is quiet from then until 20 h, when it returns
+///   with 80 more, one every 3 minutes.
+/// - Every job checkpoints every 30 min and runs 30–150 min; one in four
+///   is a 2×8 gang in one block, the rest 1×8.
+///
+/// All three borrow everything they run from `pool`, so the order among
+/// borrowers (by decayed use per weight, or with a half-life of 0 by the
+/// share borrowed now) decides each one's share. The seed varies times,
+/// sizes and durations.
+pub fn fairshare(seed: u64) -> (Cluster, Workload) {
+    let cluster = match Cluster::parse(FAIRSHARE_CLUSTER, "fairshare scenario") {
+        Ok(c) => c,
+        Err(e) => unreachable!("the fairshare scenario's cluster is checked by tests: {e}"),
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6661_6972);
+    let mut items = Vec::new();
+    for (tenant, from_s, every_s, jobs) in STREAMS {
+        for k in 0..jobs {
+            let workers = if rng.gen_range(0..4) == 0 { 2 } else { 1 };
+            let spec = job(
+                tenant,
+                workers,
+                if workers == 1 { "node" } else { "block" },
+                Some(CheckpointPolicy {
+                    interval_s: 1800,
+                    duration_s: 60,
+                }),
+            );
+            items.push(WorkloadItem {
+                at: Timestamp::from_secs(from_s + k * every_s + rng.gen_range(0..60)),
+                kind: WorkloadKind::Submit {
+                    spec,
+                    duration_s: rng.gen_range(1800..=9000),
+                },
+            });
+        }
+    }
+    items.sort_by_key(|i| i.at);
+    let workload = Workload {
+        items,
+        description: format!(
+            "fairshare scenario (seed {seed}): borrowers small, medium and large (weights 1, 2, 4) on 128 GPUs lent by pool; small submits a job every 10 min (75), medium every 5 min (140), large 40 every 3 min from t=0 and 80 more from 20 h; 1×8 or 2×8 jobs of 30–150 min"
         ),
     };
     (cluster, workload)
