@@ -209,7 +209,7 @@ fn clocks(events: &[Event]) -> Vec<Timestamp> {
     events
         .iter()
         .map(|e| {
-            t = explain::event_at(e).map_or(t, |a| a.max(t));
+            t = e.at().map_or(t, |a| a.max(t));
             t
         })
         .collect()

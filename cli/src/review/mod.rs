@@ -27,7 +27,7 @@ pub use timeline::{timeline, TimelineArgs};
 use std::str::FromStr;
 
 use anyhow::{Context, Result};
-use gpusched_core::{explain, State};
+use gpusched_core::State;
 use gpusched_events::Event;
 use gpusched_model::Timestamp;
 use gpusched_store::{EventStore, REPLAY_PAGE};
@@ -146,7 +146,7 @@ impl Walked {
         until: Option<Instant>,
         visit: &mut dyn Visitor,
     ) -> bool {
-        let time = match (explain::event_at(event), self.time) {
+        let time = match (event.at(), self.time) {
             (Some(t), Some(c)) => Some(t.max(c)),
             (t, c) => t.or(c),
         };

@@ -403,19 +403,18 @@ pub async fn put_tenant(
             )));
         }
     }
+    Ok(created_or_replaced(existed, w.seq, name))
+}
+
+/// A `PUT`'s answer: 200 when `name` existed before the change logged at
+/// `seq`, 201 when it created it.
+pub(crate) fn created_or_replaced(existed: bool, seq: u64, name: String) -> Response {
     let status = if existed {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
-    Ok((
-        status,
-        Json(ChangeReply {
-            seq: w.seq,
-            now: name,
-        }),
-    )
-        .into_response())
+    (status, Json(ChangeReply { seq, now: name })).into_response()
 }
 
 /// A node by id or name; 404 otherwise.

@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State as AxState};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 use gpusched_core::{quota, State};
 use gpusched_events::Event;
@@ -22,7 +21,7 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
-use crate::cluster::{name_from_path, named_spec, write_failed, ChangeReply};
+use crate::cluster::{created_or_replaced, name_from_path, named_spec, write_failed, ChangeReply};
 use crate::jobs::path_param;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -187,17 +186,5 @@ pub async fn put_cohort(
         .await
         .map_err(write_failed)?;
     gw.caught_up(w.seq).await;
-    let status = if existed {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok((
-        status,
-        Json(ChangeReply {
-            seq: w.seq,
-            now: name,
-        }),
-    )
-        .into_response())
+    Ok(created_or_replaced(existed, w.seq, name))
 }

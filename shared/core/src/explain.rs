@@ -38,7 +38,7 @@ use gpusched_events::{
     RequeueReason,
 };
 use gpusched_model::{JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
-use words::{declared, duration, gpu_hours, offset, relative, within};
+use words::{declared, duration, gpu_hours, offset, ordinal, relative, within};
 
 /// What explain is told: the moment it speaks at and the rule that decides
 /// when a running job may be preempted. Passed in; explain reads no clock.
@@ -68,7 +68,7 @@ impl Context {
         state: &State,
         id: JobId,
     ) -> Self {
-        let logged = events.into_iter().filter_map(event_at).max();
+        let logged = events.into_iter().filter_map(Event::at).max();
         let known = state.job(id).map(|j| {
             [
                 Some(j.submitted_at),
@@ -88,11 +88,6 @@ impl Context {
             min_runtime_ms: PreemptionConfig::default().min_runtime_ms,
         }
     }
-}
-
-/// When an event happened, if it carries a time (`Event::at`).
-pub fn event_at(e: &Event) -> Option<Timestamp> {
-    e.at()
 }
 
 /// Why a waiting job is not running now, if anything stops it; `None` for a
@@ -703,13 +698,19 @@ fn requeued_line(state: &State, at: &str, reason: &RequeueReason, lost_gpu_ms: u
     )
 }
 
-/// For a queued job waiting on quota in a cohort that keeps use with a
-/// half-life: its tenant's decayed use and its place among the cohort's
-/// borrowers, the order in which borrowable quota goes to them.
-pub fn fair_share_standing(state: &State, id: JobId, now: Timestamp) -> Option<String> {
+/// For a queued job waiting on quota (`reason`, its [`pending_reason`]) in
+/// a cohort that keeps use with a half-life: its tenant's decayed use and
+/// its place among the cohort's borrowers, the order in which borrowable
+/// quota goes to them.
+pub fn fair_share_standing(
+    state: &State,
+    id: JobId,
+    reason: Option<&PendingReason>,
+    now: Timestamp,
+) -> Option<String> {
     let job = state.job(id)?;
     let waits_on_quota = matches!(
-        pending_reason(state, id),
+        reason,
         Some(PendingReason::QuotaExceeded { .. } | PendingReason::CohortExhausted { .. })
     );
     let t = job
@@ -748,17 +749,6 @@ pub fn fair_share_standing(state: &State, id: JobId, now: Timestamp) -> Option<S
     ))
 }
 
-fn ordinal(n: usize) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
-}
-
 /// Where the job stands at `ctx.now`: its phase, why it waits, what
 /// preemption does for it, and a start time only where a reservation
 /// guarantees one.
@@ -767,7 +757,8 @@ fn now_line(state: &State, id: JobId, ctx: &Context, cause: Option<&str>) -> Str
         return format!("no job {id}");
     };
     let mut now = format!("now: {:?}", job.phase);
-    if let Some(r) = pending_reason(state, id) {
+    let reason = pending_reason(state, id);
+    if let Some(r) = &reason {
         now.push_str(&format!("; waiting because {r}"));
     }
     if let Some(r) = relief(state, id, ctx) {
@@ -803,7 +794,7 @@ fn now_line(state: &State, id: JobId, ctx: &Context, cause: Option<&str>) -> Str
     if let Some((pos, len)) = queue_position(state, id) {
         now.push_str(&format!("; position {pos} of {len} in its queue"));
     }
-    if let Some(standing) = fair_share_standing(state, id, ctx.now) {
+    if let Some(standing) = fair_share_standing(state, id, reason.as_ref(), ctx.now) {
         now.push_str(&format!("; {standing}"));
     }
     if matches!(job.phase, Phase::Queued | Phase::Admitted) {

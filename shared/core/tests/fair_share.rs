@@ -58,7 +58,9 @@ fn with_a_half_life_the_borrower_that_used_more_lately_waits() {
         0.0
     );
     // Explain says why a waits: its use, its weight and its place in line.
-    let standing = explain::fair_share_standing(&d.state, ja, d.now).expect("a waits on quota");
+    let reason = explain::pending_reason(&d.state, ja);
+    let standing = explain::fair_share_standing(&d.state, ja, reason.as_ref(), d.now)
+        .expect("a waits on quota");
     assert!(
         standing.contains("half-life of 1 h: a has used 6.0 h100 GPUs")
             && standing.contains("weight 1, 3rd of 3 in line"),

@@ -202,9 +202,7 @@ impl ShareLog {
     fn observe(&mut self, e: &Event, state: &State, now: Timestamp) {
         let Some(id) = e.job() else { return };
         let Some(j) = state.job(id) else { return };
-        let Some(t) = state.tenant_idx(&j.spec.tenant) else {
-            return;
-        };
+        let Some(t) = j.tenant else { return };
         let demand = match j.phase {
             Phase::Submitted | Phase::Queued | Phase::Admitted => Demand::Waiting,
             p if p.holds_gpus() => Demand::Holding(u64::from(j.spec.total_gpus())),

@@ -118,7 +118,7 @@ pub fn gantt(state: &State, events: &[Event], job: JobId) -> Gantt {
     let mut g = Gantt::default();
     let mut clock = Timestamp(0);
     for ev in events {
-        if let Some(at) = super::event_at(ev) {
+        if let Some(at) = ev.at() {
             clock = clock.max(at);
         }
         step(&mut g, state, ev, job, clock);

@@ -30,6 +30,18 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
+/// A place in a line: `1st`, `2nd`, `3rd`, `11th`, `22nd`.
+pub fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 /// A duration declared in seconds by a job's specification (its own clock).
 pub fn declared(secs: u64) -> String {
     duration(secs.saturating_mul(1000))
@@ -127,6 +139,15 @@ mod tests {
         assert_eq!(duration(600_000), "10 min");
         assert_eq!(duration(3_900_000), "1 h 5 min");
         assert_eq!(duration(2 * 86_400_000 + 3 * 3_600_000), "2 d 3 h");
+    }
+
+    #[test]
+    fn places_in_line_read_as_ordinals() {
+        let read: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 103].map(ordinal).into();
+        assert_eq!(
+            read,
+            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "103rd"]
+        );
     }
 
     #[test]

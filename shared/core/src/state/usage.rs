@@ -41,20 +41,20 @@ impl DecayedUse {
             self.at = now;
             return;
         }
-        if now <= self.at && self.gpu_ms.len() >= used.len() {
-            return;
-        }
-        let dt = now.millis_since(self.at);
-        let keep = 0.5f64.powf(dt as f64 / half_life_ms as f64);
-        let gained = mean_life_ms(half_life_ms) * (1.0 - keep);
         if self.gpu_ms.len() < used.len() {
             self.gpu_ms.resize(used.len(), 0.0);
         }
+        let dt = now.millis_since(self.at);
+        if dt == 0 {
+            return;
+        }
+        let keep = 0.5f64.powf(dt as f64 / half_life_ms as f64);
+        let gained = mean_life_ms(half_life_ms) * (1.0 - keep);
         for (f, v) in self.gpu_ms.iter_mut().enumerate() {
             let u = used.get(f).copied().unwrap_or(0);
             *v = *v * keep + f64::from(u) * gained;
         }
-        self.at = self.at.max(now);
+        self.at = now;
     }
 
     /// The record as it will be at `now` (no change to `self`).
