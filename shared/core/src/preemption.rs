@@ -414,6 +414,9 @@ pub fn decide(
         if (job.phase == Phase::Queued && !queue_admits(state, job)) || queue_stopped(state, job) {
             continue;
         }
+        if job.phase == Phase::Queued && !quota::within_reach(state, cfg, now, job) {
+            continue;
+        }
         let quota = pass.quota_without(state, job);
         let Some(need) = need_of(state, &quota, job) else {
             continue;

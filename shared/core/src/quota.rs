@@ -259,7 +259,7 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
         let checked = check(state, ov, t, f, need).and_then(|fit| {
             // Quota a reclaim freed goes to its beneficiary, not to borrowers.
             match cohort {
-                Some(c) if fit.borrowed > 0 && state.reclaim_held(c, f, job.id) => {
+                Some(c) if fit.borrowed > 0 && state.reclaim_held(c, f, t) => {
                     Err(Blocked::Cohort {
                         flavor: f,
                         cohort: c,
@@ -599,6 +599,24 @@ pub fn decide(
         }
     }
     (events, stats)
+}
+
+/// Whether the quota stage reaches this queued job while its tenant's
+/// head stays blocked: it is the head, or its queue is best-effort and the
+/// head has not waited past the starvation window (then the head holds the
+/// queue). Preemption makes room only for jobs quota would reach: room
+/// made for a job behind a head that holds its queue would sit idle.
+pub fn within_reach(state: &State, cfg: &CycleConfig, now: Timestamp, job: &Job) -> bool {
+    let Some(t) = job.tenant else { return false };
+    let tenant = state.tenant(t);
+    let Some(head) = tenant.pending.first() else {
+        return false;
+    };
+    if head.job == job.id {
+        return true;
+    }
+    let head_submitted = state.job(head.job).map_or(now, |h| h.submitted_at);
+    tenant.spec.queueing == QueueingMode::BestEffortFifo && !starved(cfg, now, head_submitted)
 }
 
 /// Whether a best-effort pass may go on past this blocked head: not if the

@@ -818,12 +818,16 @@ impl State {
         let a = r.assignments.first()?;
         self.nodes.get(a.node.index()).map(|n| n.flavor)
     }
-    /// Whether a reclaim in this cohort and flavor waits for its
-    /// beneficiary's admission (other than `except`): borrowing there is held.
-    pub fn reclaim_held(&self, c: CohortIdx, f: FlavorIdx, except: JobId) -> bool {
-        self.reclaim_holds
-            .iter()
-            .any(|(j, &(hc, hf))| *j != except && hc == c && hf == f)
+    /// Whether a reclaim in this cohort and flavor waits for the admission
+    /// of a beneficiary of another tenant than `t`: borrowing there is held
+    /// for it. A tenant's own jobs are not held back by its own reclaim:
+    /// the quota freed is the tenant's, and its queue order says which of
+    /// its jobs takes it (a head the beneficiary waits behind must be able
+    /// to, or neither would ever run).
+    pub fn reclaim_held(&self, c: CohortIdx, f: FlavorIdx, t: TenantIdx) -> bool {
+        self.reclaim_holds.iter().any(|(j, &(hc, hf))| {
+            hc == c && hf == f && self.jobs.get(j).is_some_and(|j| j.tenant != Some(t))
+        })
     }
     /// Nodes being emptied for maintenance.
     pub fn evicted_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {

@@ -1111,3 +1111,73 @@ fn a_cancelled_victim_leaves_instead_of_requeueing() {
     d.state.check_invariants().unwrap();
     assert_eq!(d.replay().state_hash(), d.state.state_hash());
 }
+
+/// Lender `b` (24 GPUs) runs four 8-GPU jobs on 32 GPUs, borrowing 8 of
+/// `a`'s; `run_s` later, `a` (8 GPUs, best-effort) asks for 16 (`head`:
+/// it must borrow 8).
+fn a_head_that_must_borrow(run_s: u64) -> (Driver, JobId, Vec<JobId>) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("a").cohort("c").best_effort().quota(FLAVOR, 8));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 24));
+    let lent: Vec<JobId> = (0..4).map(|_| d.submit(job("b", 1, 8, "any"))).collect();
+    d.run_until_quiet();
+    d.start_bound();
+    d.advance(run_s);
+    let head = d.submit(job("a", 2, 8, "any"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(head), Phase::Queued);
+    (d, head, lent)
+}
+
+#[test]
+fn no_room_is_made_for_a_job_behind_a_head_that_holds_its_queue() {
+    // b's jobs have just started: none may be stopped yet.
+    let (mut d, head, _) = a_head_that_must_borrow(0);
+    // A small job within a's nominal quota waits for lent quota...
+    let small = d.submit(job("a", 1, 8, "any"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(small), Phase::Queued);
+    // ...until the head waits past the starvation window and holds a's
+    // queue: quota will not reach the small job before the head.
+    d.advance(2 * 3_600);
+    let events = d.run_until_quiet();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::PreemptionPlanned { .. })),
+        "room made for job {small}, which waits behind head {head}: {events:?}"
+    );
+    assert_eq!(d.phase(small), Phase::Queued);
+}
+
+#[test]
+fn a_reclaim_held_for_a_job_behind_a_starved_head_does_not_hold_the_head_forever() {
+    let (mut d, head, lent) = a_head_that_must_borrow(600);
+    // Before the head starves, the small job reclaims a's lent 8 GPUs.
+    let small = d.submit(job("a", 1, 8, "any"));
+    let events = d.run_until_quiet();
+    assert!(
+        events.iter().any(
+            |e| matches!(e, Event::PreemptionPlanned { beneficiary, .. } if *beneficiary == small)
+        ),
+        "{events:?}"
+    );
+    d.settle();
+    // The head starves and holds the queue; b's jobs all end.
+    d.advance(2 * 3_600);
+    for j in lent {
+        if d.phase(j).holds_gpus() {
+            d.finish(j);
+        }
+    }
+    d.run_until_quiet();
+    // The quota the reclaim freed is a's: its head takes it (before, the
+    // small job's hold kept the head from borrowing, and the head kept the
+    // small job from being looked at: neither ever ran).
+    assert_ne!(d.phase(head), Phase::Queued, "the head still waits");
+    d.start_bound();
+    d.finish(head);
+    d.run_until_quiet();
+    assert_ne!(d.phase(small), Phase::Queued, "the small job still waits");
+}
