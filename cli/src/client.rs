@@ -235,6 +235,11 @@ impl Client {
             .await
     }
 
+    /// DELETEs; (status, JSON body) for 2xx.
+    pub(crate) async fn delete(&self, path: &str) -> Result<(u16, Value)> {
+        self.send(self.request(reqwest::Method::DELETE, path)).await
+    }
+
     /// POSTs with no body; (status, JSON body) for 2xx.
     pub(crate) async fn post_empty(&self, path: &str) -> Result<(u16, Value)> {
         self.send(self.request(reqwest::Method::POST, path)).await
@@ -876,15 +881,43 @@ pub async fn queues(a: QueuesArgs) -> Result<()> {
     Ok(())
 }
 
-/// `GET /v1/queues`'s answer as `gpusched queues` prints it.
+/// A row's GPU-hour budget as `gpusched queues` shows it: used of the
+/// budget this period, and once spent what its jobs do (`-`: none).
+fn budget_cell(q: &Value) -> String {
+    let Some(b) = q.get("budget").filter(|b| b.is_object()) else {
+        return "-".to_string();
+    };
+    let used = b
+        .get("used_gpu_hours")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let mut cell = format!(
+        "{used:.1}/{} GPU-h per {}",
+        u(b, "gpu_hours"),
+        s(b, "period")
+    );
+    if b.get("spent").and_then(Value::as_bool) == Some(true) {
+        cell.push_str(&format!(", spent: {}", s(b, "when_spent")));
+    }
+    cell
+}
+
+/// `GET /v1/queues`'s answer as `gpusched queues` prints it (a BUDGET
+/// column where some tenant has a GPU-hour budget).
 pub fn queues_table(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v
+    let queues: Vec<&Value> = v
         .get("queues")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        .collect();
+    let budgets = queues
+        .iter()
+        .any(|q| q.get("budget").is_some_and(Value::is_object));
+    let rows: Vec<Vec<String>> = queues
+        .into_iter()
         .map(|q| {
-            vec![
+            let mut row = vec![
                 s(q, "tenant").to_string(),
                 q.get("queue")
                     .and_then(Value::as_str)
@@ -902,25 +935,30 @@ pub fn queues_table(v: &Value) -> String {
                 u(q, "lent").to_string(),
                 u(q, "pending").to_string(),
                 u(q, "running").to_string(),
-            ]
+            ];
+            if budgets {
+                row.push(budget_cell(q));
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "TENANT",
-            "QUEUE",
-            "COHORT",
-            "FLAVOR",
-            "NOMINAL",
-            "BORROW_LIMIT",
-            "USED",
-            "BORROWED",
-            "LENT",
-            "PENDING",
-            "RUNNING",
-        ],
-        &rows,
-    )
+    let mut header = vec![
+        "TENANT",
+        "QUEUE",
+        "COHORT",
+        "FLAVOR",
+        "NOMINAL",
+        "BORROW_LIMIT",
+        "USED",
+        "BORROWED",
+        "LENT",
+        "PENDING",
+        "RUNNING",
+    ];
+    if budgets {
+        header.push("BUDGET");
+    }
+    table(&header, &rows)
 }
 
 /// `gpusched nodes`.
@@ -1157,6 +1195,31 @@ pub fn token(cmd: TokenCmd) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queues_show_a_budget_column_only_where_a_tenant_has_a_budget() {
+        let row = |tenant: &str, budget: Value| {
+            json!({"tenant": tenant, "flavor": "h100", "nominal": 8, "used": 8,
+                "borrowed": 0, "lent": 0, "pending": 1, "running": 1, "budget": budget})
+        };
+        let none = json!({"queues": [row("a", Value::Null)]});
+        assert!(!queues_table(&none).contains("BUDGET"));
+        let spent = json!({"gpu_hours": 10, "period": "day", "when_spent": "borrow-only",
+            "used_gpu_hours": 10.25, "left_gpu_hours": 0.0, "spent": true});
+        let left = json!({"gpu_hours": 500, "period": "month", "when_spent": "wait",
+            "used_gpu_hours": 12.0, "left_gpu_hours": 488.0, "spent": false});
+        let text = queues_table(
+            &json!({"queues": [row("a", spent), row("b", left), row("c", Value::Null)]}),
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].ends_with("BUDGET"), "{text}");
+        assert!(
+            lines[1].ends_with("10.2/10 GPU-h per day, spent: borrow-only"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with("12.0/500 GPU-h per month"), "{text}");
+        assert!(lines[3].ends_with(" -"), "{text}");
+    }
 
     #[test]
     fn get_shows_what_a_job_runs() {

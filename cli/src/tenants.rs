@@ -2,9 +2,12 @@
 //! file of `[[tenant]]` tables (the format of a cluster file's tenants,
 //! so a cluster file works as is), through `PUT /v1/tenants/{name}`, then
 //! sets the cohorts its `[[cohort]]` tables describe (`PUT
-//! /v1/cohorts/{name}`).
+//! /v1/cohorts/{name}`). `gpusched tenants budget TENANT FLAVOR` sets or
+//! removes one GPU-hour budget (`PUT`/`DELETE
+//! /v1/tenants/{name}/budgets/{flavor}`).
 //!
-//! Owns: reading and checking the file before anything is sent.
+//! Owns: reading and checking the file, and the budget's flags, before
+//! anything is sent.
 //!
 //! Must never: send anything from a file with an error in it (every
 //! tenant is checked first), or guess a tenant the file does not name.
@@ -12,7 +15,9 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use gpusched_model::{CohortSpec, TenantSpec};
+use gpusched_model::{
+    Budget, BudgetPeriod, CohortSpec, TenantSpec, WhenSpent, MAX_BUDGET_GPU_HOURS,
+};
 use serde::Deserialize;
 
 use crate::client::{exit, fail, Conn};
@@ -29,6 +34,66 @@ pub enum TenantsCmd {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Set a tenant's GPU-hour budget in one flavor (admin), or remove it
+    /// with `--remove`. Past it, its jobs there wait for the next period
+    /// (`--when-spent wait`) or run only on quota the cohort lends
+    /// (`borrow-only`); jobs already running run on.
+    Budget {
+        /// The tenant.
+        tenant: String,
+        /// A flavor it has a quota in.
+        flavor: String,
+        /// GPU-hours per period (GPUs held × hours, admission to release).
+        #[arg(long, required_unless_present = "remove",
+            value_parser = clap::value_parser!(u64).range(1..=MAX_BUDGET_GPU_HOURS))]
+        gpu_hours: Option<u64>,
+        /// The calendar period it renews on (UTC).
+        #[arg(long, value_enum, default_value = "month")]
+        period: PeriodArg,
+        /// What its jobs do once it is spent.
+        #[arg(long, value_enum, default_value = "wait")]
+        when_spent: WhenSpentArg,
+        /// Remove the budget instead.
+        #[arg(long, conflicts_with_all = ["gpu_hours"])]
+        remove: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+/// `--period`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum PeriodArg {
+    /// From 00:00 UTC each day.
+    Day,
+    /// From Monday 00:00 UTC.
+    Week,
+    /// From the first of the month, 00:00 UTC.
+    Month,
+}
+
+/// `--when-spent`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum WhenSpentArg {
+    /// Its jobs wait for the next period.
+    Wait,
+    /// Its jobs run only on quota the cohort lends, first to be reclaimed.
+    BorrowOnly,
+}
+
+fn budget_of(gpu_hours: u64, period: PeriodArg, when_spent: WhenSpentArg) -> Budget {
+    Budget {
+        gpu_hours,
+        period: match period {
+            PeriodArg::Day => BudgetPeriod::Day,
+            PeriodArg::Week => BudgetPeriod::Week,
+            PeriodArg::Month => BudgetPeriod::Month,
+        },
+        when_spent: match when_spent {
+            WhenSpentArg::Wait => WhenSpent::Wait,
+            WhenSpentArg::BorrowOnly => WhenSpent::BorrowOnly,
+        },
+    }
 }
 
 #[derive(Deserialize)]
@@ -88,8 +153,42 @@ fn read(file: &PathBuf) -> Result<(Vec<TenantSpec>, Vec<CohortSpec>)> {
 
 /// `gpusched tenants ...`.
 pub async fn tenants(cmd: TenantsCmd) -> Result<()> {
-    let TenantsCmd::Apply { file, conn } = cmd;
-    let (tenants, cohorts) = read(&file)?;
+    match cmd {
+        TenantsCmd::Apply { file, conn } => apply(&file, conn).await,
+        TenantsCmd::Budget {
+            tenant,
+            flavor,
+            gpu_hours,
+            period,
+            when_spent,
+            remove,
+            conn,
+        } => {
+            let c = conn.client()?;
+            let path = format!("/v1/tenants/{tenant}/budgets/{flavor}");
+            match gpu_hours.filter(|_| !remove) {
+                None => {
+                    c.delete(&path).await?;
+                    println!("tenant {tenant}: no budget in {flavor}");
+                }
+                Some(h) => {
+                    let b = budget_of(h, period, when_spent);
+                    c.put_json(&path, &b).await?;
+                    println!(
+                        "tenant {tenant}: {h} GPU-hours of {flavor} a {}, then {}",
+                        b.period.name(),
+                        b.when_spent.name()
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `gpusched tenants apply FILE`.
+async fn apply(file: &PathBuf, conn: Conn) -> Result<()> {
+    let (tenants, cohorts) = read(file)?;
     let c = conn.client()?;
     for t in &tenants {
         let path = format!("/v1/tenants/{}", t.name);

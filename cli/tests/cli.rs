@@ -1049,3 +1049,113 @@ fn an_admin_sets_a_cohorts_half_life_and_everyone_sees_where_they_stand() {
         serde_json::from_str(&dev.ok(ADMIN, &["cohorts", "--json"])).expect("JSON");
     assert_eq!(json["cohorts"][0]["usage_half_life_s"], 21_600);
 }
+
+#[test]
+fn an_admin_sets_a_gpu_hour_budget_and_the_queues_show_it() {
+    let dev = Dev::start();
+    let out = dev.ok(
+        ADMIN,
+        &[
+            "tenants",
+            "budget",
+            "vision",
+            "h100-80g",
+            "--gpu-hours",
+            "500",
+            "--period",
+            "week",
+            "--when-spent",
+            "borrow-only",
+        ],
+    );
+    assert_eq!(
+        out.trim(),
+        "tenant vision: 500 GPU-hours of h100-80g a week, then borrow-only"
+    );
+    // Only the rows with a budget say so; the others show `-`.
+    let table = dev.ok(VISION, &["queues"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].trim_end().ends_with("BUDGET"), "{table}");
+    let h100 = lines
+        .iter()
+        .find(|l| l.contains("h100-80g"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(h100.trim_end().ends_with("/500 GPU-h per week"), "{table}");
+    let a100 = lines
+        .iter()
+        .find(|l| l.contains("a100-40g"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(a100.trim_end().ends_with('-'), "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&dev.ok(ADMIN, &["queues", "--json"])).expect("JSON");
+    let row = json["queues"]
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|r| r["tenant"] == "vision" && r["flavor"] == "h100-80g")
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(row["budget"]["when_spent"], "borrow-only", "{json}");
+    // Bad flags are named and send nothing; a tenant may not set one; an
+    // unknown flavor is 404.
+    let o = dev.run(
+        ADMIN,
+        &[
+            "tenants",
+            "budget",
+            "vision",
+            "h100-80g",
+            "--gpu-hours",
+            "0",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--gpu-hours"), "{err}");
+    let o = dev.run(
+        ADMIN,
+        &[
+            "tenants",
+            "budget",
+            "vision",
+            "h100-80g",
+            "--gpu-hours",
+            "5",
+            "--period",
+            "year",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--period"));
+    let o = dev.run(
+        VISION,
+        &[
+            "tenants",
+            "budget",
+            "vision",
+            "h100-80g",
+            "--gpu-hours",
+            "5",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = dev.run(
+        ADMIN,
+        &["tenants", "budget", "vision", "b200", "--gpu-hours", "5"],
+    );
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no quota in b200"));
+    // Removed: the column goes.
+    let out = dev.ok(
+        ADMIN,
+        &["tenants", "budget", "vision", "h100-80g", "--remove"],
+    );
+    assert_eq!(out.trim(), "tenant vision: no budget in h100-80g");
+    assert!(!dev.ok(ADMIN, &["queues"]).contains("BUDGET"));
+}

@@ -213,6 +213,14 @@ impl Visitor for Tally {
                     spec.name, spec.usage_half_life_s
                 ));
             }
+            Event::BudgetSpent { tenant, flavor, .. } => {
+                self.note("budgets spent", tenant.clone());
+                self.pending_change = Some(format!("{tenant} spent its budget in {flavor}"));
+            }
+            Event::BudgetRenewed { tenant, flavor, .. } => {
+                self.note("budgets renewed", tenant.clone());
+                self.pending_change = Some(format!("{tenant}'s budget in {flavor} renewed"));
+            }
             _ => {}
         }
     }

@@ -307,6 +307,7 @@ pub(crate) mod tests {
                     nominal: 16,
                     borrowing_limit: None,
                     lending_limit: None,
+                    budget: None,
                 }],
                 priority_preemption: true,
             },

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gpusched_core::{NodeStatus, Phase, State};
 use gpusched_events::{Event, QueueState};
-use gpusched_model::{Gpus, NodeId, TenantSpec, Timestamp};
+use gpusched_model::{BudgetPeriod, Gpus, NodeId, TenantSpec, Timestamp, WhenSpent};
 use gpusched_runtime::read_view;
 use serde::Serialize;
 use utoipa::openapi::schema::Schema;
@@ -53,7 +53,7 @@ pub struct QueueRow {
     /// Jobs waiting for quota or GPUs whose first choice is this flavor.
     pub(crate) pending: u64,
     /// `pending` by the reason the last cycle gave (`quota_exceeded`,
-    /// `cohort_exhausted`, `no_domain_fits`, `behind_head`; `none`: not
+    /// `cohort_exhausted`, `budget_spent`, `no_domain_fits`, `behind_head`; `none`: not
     /// examined yet), or what keeps a job out of the queue
     /// (`waiting_for_jobs`, `array_limit`, `dependency_failed`).
     pending_by_reason: BTreeMap<&'static str, u64>,
@@ -62,6 +62,51 @@ pub struct QueueRow {
     /// Where its cohort keeps use with a half-life: the mean GPUs it held
     /// in this flavor, weighted by age, up to now; `null` otherwise.
     pub(crate) decayed_gpus: Option<f64>,
+    /// Its GPU-hour budget in this flavor and where it stands this period;
+    /// `null` without one.
+    pub(crate) budget: Option<BudgetStanding>,
+}
+
+/// A tenant's GPU-hour budget in one flavor, this period.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetStanding {
+    /// GPU-hours allowed per period.
+    pub(crate) gpu_hours: u64,
+    /// `day`, `week` or `month` (UTC calendar).
+    pub(crate) period: BudgetPeriod,
+    /// What its jobs do once it is spent: `wait` for the next period, or
+    /// `borrow-only` (run only on quota the cohort lends, first reclaimed).
+    pub(crate) when_spent: WhenSpent,
+    /// GPU-hours held this period, up to now.
+    pub(crate) used_gpu_hours: f64,
+    /// GPU-hours left this period.
+    pub(crate) left_gpu_hours: f64,
+    /// Whether the log marks it spent (`budget_spent`): its policy applies.
+    pub(crate) spent: bool,
+    /// When this period began, ms since the epoch.
+    pub(crate) period_start_ms: u64,
+    /// When the next period begins, ms since the epoch.
+    pub(crate) renews_at_ms: u64,
+}
+
+impl BudgetStanding {
+    /// Where `ledger` stands at `now`, `gpus` being held since its last
+    /// event.
+    fn of(ledger: &gpusched_core::BudgetLedger, gpus: Gpus, now: Timestamp) -> Self {
+        let b = ledger.budget;
+        let now = now.max(ledger.at);
+        let hours = |ms: u64| ms as f64 / 3_600_000.0;
+        BudgetStanding {
+            gpu_hours: b.gpu_hours,
+            period: b.period,
+            when_spent: b.when_spent,
+            used_gpu_hours: hours(ledger.used_at(gpus, now)),
+            left_gpu_hours: hours(ledger.left_at(gpus, now)),
+            spent: ledger.is_spent(),
+            period_start_ms: b.period.start_of(now).0,
+            renews_at_ms: b.period.next_start(now).0,
+        }
+    }
 }
 
 /// Every tenant's quota and use, per flavor.
@@ -163,6 +208,7 @@ pub(crate) fn queue_rows(s: &State, now: Timestamp) -> Vec<QueueRow> {
                 pending_by_reason: std::mem::take(&mut by_reason[ti][f]),
                 running: running[ti][f],
                 decayed_gpus: decayed.as_ref().map(|d| d.mean_gpus(f, half_life)),
+                budget: t.budget(fi).map(|l| BudgetStanding::of(l, used, now)),
             });
         }
     }
@@ -383,14 +429,20 @@ pub async fn put_tenant(
     spec.check_fields()
         .map_err(|e| ApiError::field(&e.field, &e.rule))?;
     let existed = read_view(&gw.view).state().tenant_idx(&name).is_some();
+    let seq = configure_tenant(&gw, spec).await?;
+    Ok(created_or_replaced(existed, seq, name))
+}
+
+/// Writes a tenant's configuration; its log sequence, or 409 when the
+/// scheduler refused it (it is then logged but has no effect).
+pub(crate) async fn configure_tenant(gw: &Gateway, spec: TenantSpec) -> Result<u64, ApiError> {
+    let name = spec.name.clone();
     let w = gw
         .submitter
         .write(vec![Event::TenantConfigured { spec: spec.clone() }], None)
         .await
         .map_err(write_failed)?;
     if gw.caught_up(w.seq).await {
-        // The state may refuse a change (it is then logged but has no
-        // effect): say so rather than report success.
         let p = read_view(&gw.view);
         let s = p.state();
         let took = s
@@ -403,7 +455,7 @@ pub async fn put_tenant(
             )));
         }
     }
-    Ok(created_or_replaced(existed, w.seq, name))
+    Ok(w.seq)
 }
 
 /// A `PUT`'s answer: 200 when `name` existed before the change logged at

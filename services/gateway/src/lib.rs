@@ -14,6 +14,7 @@
 mod arrays;
 mod auth;
 mod batch;
+mod budgets;
 mod cluster;
 mod cohorts;
 mod events_api;
@@ -208,6 +209,7 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(cluster::queues))
         .routes(routes!(cluster::nodes))
         .routes(routes!(cluster::put_tenant))
+        .routes(routes!(budgets::put_budget, budgets::delete_budget))
         .routes(routes!(cohorts::cohorts))
         .routes(routes!(cohorts::put_cohort))
         .routes(routes!(cluster::cordon_node))

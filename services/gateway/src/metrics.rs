@@ -29,7 +29,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::cluster::{queue_rows, QueueRow};
+use crate::cluster::{queue_rows, BudgetStanding, QueueRow};
 use crate::jobs::phase_name;
 use crate::Gateway;
 
@@ -78,6 +78,7 @@ type Key = (String, String, &'static str);
 
 /// A quota series: its name, its help, and its value in a queue row.
 type QuotaSeries = (&'static str, &'static str, fn(&QueueRow) -> u64);
+type BudgetSeries = (&'static str, &'static str, fn(&BudgetStanding) -> f64);
 
 /// Pending jobs (queued or admitted, not yet bound) by tenant, flavor and
 /// the reason the last cycle gave (`none` before one did).
@@ -265,6 +266,29 @@ impl Collector for ViewCollector {
             rows.iter()
                 .filter_map(|r| r.decayed_gpus.map(|g| (tf(r), g))),
         )?;
+        let budgets: [BudgetSeries; 3] = [
+            (
+                "quota_budget_gpu_hours",
+                "The tenant's GPU-hour budget in the flavor per period.",
+                |b| b.gpu_hours as f64,
+            ),
+            (
+                "quota_budget_used_gpu_hours",
+                "GPU-hours the tenant held in the flavor this budget period.",
+                |b| b.used_gpu_hours,
+            ),
+            (
+                "quota_budget_spent",
+                "1 while the tenant's budget in the flavor is spent and its policy applies.",
+                |b| f64::from(u8::from(b.spent)),
+            ),
+        ];
+        for (name, help, value) in budgets {
+            let series = rows
+                .iter()
+                .filter_map(|r| r.budget.as_ref().map(|b| (tf(r), value(b))));
+            gauge_family(e, name, help, None, series)?;
+        }
         gauge(
             e,
             "view_sequence",

@@ -40,6 +40,7 @@ fn tenant(name: &str) -> TenantSpec {
             nominal: 16,
             borrowing_limit: None,
             lending_limit: None,
+            budget: None,
         }],
         priority_preemption: true,
     }

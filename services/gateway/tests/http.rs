@@ -46,6 +46,7 @@ fn tenant(name: &str, nominal: u32) -> TenantSpec {
             nominal,
             borrowing_limit: None,
             lending_limit: None,
+            budget: None,
         }],
         priority_preemption: true,
     }
@@ -984,7 +985,7 @@ async fn event_stream_follows_live_and_resumes_from_a_sequence_number() {
 }
 
 /// Every route the router serves, as (method, path template).
-const SERVED: [(&str, &str); 28] = [
+const SERVED: [(&str, &str); 30] = [
     ("post", "/v1/jobs"),
     ("post", "/v1/jobs:batch"),
     ("post", "/v1/arrays"),
@@ -1000,6 +1001,8 @@ const SERVED: [(&str, &str); 28] = [
     ("get", "/v1/queues"),
     ("get", "/v1/nodes"),
     ("put", "/v1/tenants/{name}"),
+    ("put", "/v1/tenants/{name}/budgets/{flavor}"),
+    ("delete", "/v1/tenants/{name}/budgets/{flavor}"),
     ("get", "/v1/cohorts"),
     ("put", "/v1/cohorts/{name}"),
     ("post", "/v1/nodes/{id}/cordon"),
@@ -1042,6 +1045,7 @@ async fn openapi_documents_exactly_the_served_routes() {
             .replace("{id}", "1")
             .replace("{name}", "t")
             .replace("{tenant}", "t")
+            .replace("{flavor}", "f")
             .replace("{action}", "hold");
         let (s, v) = api.call(&m.to_uppercase(), &uri, Some(ADMIN), None).await;
         assert_ne!(s, StatusCode::METHOD_NOT_ALLOWED, "{m} {p}");
@@ -1714,4 +1718,220 @@ async fn a_cohorts_half_life_is_set_by_the_admin_and_its_borrowers_shown_in_the_
         .as_f64()
         .unwrap();
     assert!((used - 6.0).abs() < 0.1, "{v}");
+}
+
+#[tokio::test]
+async fn a_tenants_gpu_hour_budget_is_set_by_the_admin_and_shown_used_and_left() {
+    let api = api().await;
+    let budget = json!({"gpu_hours": 10, "period": "day", "when_spent": "wait"});
+    let body = json!({"cohort": "research", "quotas": [{"flavor": H100, "nominal": 16, "budget": budget}]});
+    let (s, v) = api
+        .call("PUT", "/v1/tenants/vision", Some(ADMIN), Some(body))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let id = api.submit_ok(VISION, job("vision", 1, 8)).await;
+    let now = gpusched_runtime::wall_clock();
+    // What the quota stage writes: vision admitted, then (as if its day's
+    // GPU-hours ran out) its budget marked spent.
+    let w = api
+        .gw
+        .submitter
+        .write(
+            vec![
+                Event::JobAccepted {
+                    job: gpusched_model::JobId(id),
+                },
+                Event::JobAdmitted {
+                    job: gpusched_model::JobId(id),
+                    flavor: H100.into(),
+                    borrowed: 0,
+                    at: now,
+                },
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    api.sync(w.seq).await;
+    let row = |q: &Value| {
+        q["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["tenant"] == "vision")
+            .cloned()
+            .unwrap()
+    };
+    let (_, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
+    let b = &row(&q)["budget"];
+    assert_eq!(
+        (&b["gpu_hours"], &b["period"], &b["when_spent"], &b["spent"]),
+        (&json!(10), &json!("day"), &json!("wait"), &json!(false)),
+        "{q}"
+    );
+    let (used, left) = (
+        b["used_gpu_hours"].as_f64().unwrap(),
+        b["left_gpu_hours"].as_f64().unwrap(),
+    );
+    assert!(
+        (0.0..1.0).contains(&used) && (used + left - 10.0).abs() < 1e-9,
+        "{q}"
+    );
+    let day = 86_400_000;
+    let renews = b["renews_at_ms"].as_u64().unwrap();
+    assert_eq!(renews % day, 0, "renews at midnight UTC: {q}");
+    assert!(renews > now.0 && renews <= now.0 + day, "{q}");
+    assert_eq!(b["period_start_ms"].as_u64().unwrap(), renews - day);
+    // A tenant without a budget has none.
+    let (_, all) = api.call("GET", "/v1/queues", Some(ADMIN), None).await;
+    let speech = all["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tenant"] == "speech")
+        .unwrap();
+    assert!(speech["budget"].is_null(), "{all}");
+
+    let w = api
+        .gw
+        .submitter
+        .write(
+            vec![Event::BudgetSpent {
+                tenant: "vision".into(),
+                flavor: H100.into(),
+                period_start: Timestamp(renews - day),
+                at: gpusched_runtime::wall_clock(),
+            }],
+            None,
+        )
+        .await
+        .unwrap();
+    api.sync(w.seq).await;
+    let (_, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
+    assert_eq!(row(&q)["budget"]["spent"], true, "{q}");
+    let (_, m) = api.call("GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap_or_default().to_string();
+    for (series, value) in [
+        ("gpusched_quota_budget_gpu_hours{", "10.0"),
+        ("gpusched_quota_budget_spent{", "1.0"),
+    ] {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with(series) && l.contains("tenant=\"vision\""))
+            .unwrap_or_else(|| panic!("{series}: {m}"));
+        assert!(line.ends_with(value), "{line}");
+    }
+    assert!(m.contains("gpusched_quota_budget_used_gpu_hours{"), "{m}");
+
+    // The budget route changes one flavor's budget and nothing else.
+    let put = |path: &'static str, token: &'static str, body: Value| {
+        let api = &api;
+        async move { api.call("PUT", path, Some(token), Some(body)).await }
+    };
+    let monthly = json!({"gpu_hours": 500, "period": "month", "when_spent": "borrow-only"});
+    let (s, v) = put(
+        "/v1/tenants/vision/budgets/h100-80g",
+        ADMIN,
+        monthly.clone(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
+    let r = row(&q);
+    assert_eq!(
+        (
+            &r["nominal"],
+            &r["budget"]["gpu_hours"],
+            &r["budget"]["when_spent"]
+        ),
+        (&json!(16), &json!(500), &json!("borrow-only")),
+        "{q}"
+    );
+    assert_eq!(
+        r["budget"]["spent"], false,
+        "a new period: counted afresh: {q}"
+    );
+    for (path, token, body, want) in [
+        (
+            "/v1/tenants/vision/budgets/h100-80g",
+            VISION,
+            monthly.clone(),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "/v1/tenants/nobody/budgets/h100-80g",
+            ADMIN,
+            monthly.clone(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/v1/tenants/vision/budgets/a100",
+            ADMIN,
+            monthly.clone(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/v1/tenants/vision/budgets/h100-80g",
+            ADMIN,
+            json!({"gpu_hours": 0, "period": "day"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/tenants/vision/budgets/h100-80g",
+            ADMIN,
+            json!({"gpu_hours": 5, "period": "fortnight"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/tenants/vision/budgets/h100-80g",
+            ADMIN,
+            json!([5]),
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let (s, v) = put(path, token, body.clone()).await;
+        assert_eq!(s, want, "{path} {body}: {v}");
+        if want == StatusCode::BAD_REQUEST {
+            assert!(["gpu_hours", "period", "body"].contains(&field(&v)), "{v}");
+        }
+    }
+    let del = |path: &'static str| {
+        let api = &api;
+        async move { api.call("DELETE", path, Some(ADMIN), None).await.0 }
+    };
+    assert_eq!(
+        del("/v1/tenants/vision/budgets/h100-80g").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        del("/v1/tenants/vision/budgets/h100-80g").await,
+        StatusCode::NOT_FOUND
+    );
+    let (_, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
+    assert!(row(&q)["budget"].is_null(), "{q}");
+    let (s, _) = put("/v1/tenants/vision/budgets/h100-80g", ADMIN, monthly).await;
+    assert_eq!(s, StatusCode::CREATED);
+
+    // Bad budgets name their field; nothing is written.
+    for (budget, want) in [
+        (
+            json!({"gpu_hours": 0, "period": "day"}),
+            "quotas.budget.gpu_hours",
+        ),
+        (json!({"gpu_hours": 5, "period": "year"}), "period"),
+        (json!({"gpu_hours": 5}), "period"),
+        (
+            json!({"gpu_hours": 5, "period": "day", "when_spent": "never"}),
+            "when_spent",
+        ),
+    ] {
+        let body = json!({"quotas": [{"flavor": H100, "nominal": 8, "budget": budget}]});
+        let (s, v) = api
+            .call("PUT", "/v1/tenants/vision", Some(ADMIN), Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert!(field(&v).ends_with(want), "{body}: {v}");
+    }
+    let (_, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
+    assert_eq!(row(&q)["budget"]["gpu_hours"], 500, "unchanged: {q}");
 }

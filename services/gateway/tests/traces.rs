@@ -164,6 +164,7 @@ fn tenant() -> TenantSpec {
             nominal: 8,
             borrowing_limit: None,
             lending_limit: None,
+            budget: None,
         }],
         priority_preemption: false,
     }

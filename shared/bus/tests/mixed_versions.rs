@@ -12,8 +12,8 @@ fn fixture_path(name: &str) -> String {
 }
 
 /// A log fixture: `shared/events/fixtures/log-v1.jsonl` (every kind of
-/// binary form 1), `log-v2.jsonl` to `log-v4.jsonl` (the kinds forms 2
-/// to 4 added).
+/// binary form 1), `log-v2.jsonl` to `log-v5.jsonl` (the kinds forms 2
+/// to 5 added).
 fn log(name: &str) -> Vec<Event> {
     let path = fixture_path(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -42,15 +42,16 @@ fn every_kind() -> Vec<Event> {
     events.extend(log("log-v2.jsonl"));
     events.extend(log("log-v3.jsonl"));
     events.extend(log("log-v4.jsonl"));
+    events.extend(log("log-v5.jsonl"));
     events
 }
 
 #[test]
 fn the_binary_form_of_every_kind_is_the_checked_in_message() {
-    let path = fixture_path("log-v4.bus");
+    let path = fixture_path("log-v5.bus");
     let events = every_kind();
-    let frozen = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let b = batch(1, &events);
+    let frozen = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     assert_eq!(
         decode(&frozen).expect("the checked-in message decodes"),
         Envelope::V1(b.clone())
@@ -66,7 +67,7 @@ fn the_binary_form_of_every_kind_is_the_checked_in_message() {
 fn a_message_of_a_previous_binary_form_is_refused_before_any_event_is_read() {
     // log-vN.bus is what a release of form N carried: a reader of today's
     // form refuses it, and reads those events from the log instead.
-    for form in [1u16, 2, 3] {
+    for form in [1u16, 2, 3, 4] {
         let path = fixture_path(&format!("log-v{form}.bus"));
         let old = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(
@@ -86,6 +87,7 @@ fn a_log_carried_in_both_forms_interleaved_folds_as_the_log_does() {
         "log-v2.jsonl",
         "log-v3.jsonl",
         "log-v4.jsonl",
+        "log-v5.jsonl",
     ] {
         carried_in_both_forms(&log(name));
     }

@@ -90,6 +90,7 @@ fn build(borrower_jobs: u32) -> State {
                         nominal,
                         borrowing_limit: None,
                         lending_limit: None,
+                        budget: None,
                     }],
                     priority_preemption: true,
                 },

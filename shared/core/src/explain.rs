@@ -749,6 +749,46 @@ pub fn fair_share_standing(
     ))
 }
 
+/// For a queued job, its tenant's GPU-hour budget in each flavor the job
+/// may use: what is used and left this period, when the period renews,
+/// and, once spent, what that means for the job.
+pub fn budget_standing(state: &State, id: JobId, now: Timestamp) -> Option<String> {
+    let job = state.job(id).filter(|j| j.phase == Phase::Queued)?;
+    let tenant = state.tenant(job.tenant?);
+    let lines: Vec<String> = job
+        .flavors
+        .iter()
+        .filter_map(|&f| {
+            let l = tenant.budget(f)?;
+            let b = l.budget;
+            let used = l.used_at(tenant.used(f), now);
+            let renews = relative(b.period.next_start(now.max(l.at)), now);
+            let flavor = state.flavor_name(f);
+            let standing = match (l.is_spent(), tenant.budget_holds(f)) {
+                (false, _) => format!(
+                    "{} of {} used this {}, {} left; renews {renews}",
+                    gpu_hours(used),
+                    b.gpu_hours,
+                    b.period.name(),
+                    gpu_hours(l.left_at(tenant.used(f), now))
+                ),
+                (true, true) => format!(
+                    "spent ({} GPU-hours this {}): its jobs wait until it renews {renews}",
+                    b.gpu_hours,
+                    b.period.name()
+                ),
+                (true, false) => format!(
+                    "spent ({} GPU-hours this {}): until it renews {renews} its jobs run only on quota the cohort lends, and are the first a returning owner reclaims",
+                    b.gpu_hours,
+                    b.period.name()
+                ),
+            };
+            Some(format!("{}'s budget in {flavor}: {standing}", tenant.spec.name))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
+}
+
 /// Where the job stands at `ctx.now`: its phase, why it waits, what
 /// preemption does for it, and a start time only where a reservation
 /// guarantees one.
@@ -796,6 +836,9 @@ fn now_line(state: &State, id: JobId, ctx: &Context, cause: Option<&str>) -> Str
     }
     if let Some(standing) = fair_share_standing(state, id, reason.as_ref(), ctx.now) {
         now.push_str(&format!("; {standing}"));
+    }
+    if let Some(budget) = budget_standing(state, id, ctx.now) {
+        now.push_str(&format!("; {budget}"));
     }
     if matches!(job.phase, Phase::Queued | Phase::Admitted) {
         match state.reservations().get(&id).and_then(|r| r.start) {

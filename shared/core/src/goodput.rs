@@ -46,7 +46,8 @@ pub enum WaitReason {
     /// No stage had given a reason yet: between submission (or admission)
     /// and the next cycle of the stage that holds it.
     Queued,
-    /// Its tenant's quota (nominal plus what it may borrow) was used.
+    /// Its tenant's quota (nominal plus what it may borrow, or its GPU-hour
+    /// budget for the period) was used.
     Quota,
     /// Its cohort had nothing left to lend.
     CohortExhausted,
@@ -87,7 +88,9 @@ impl WaitReason {
 
     fn of(reason: &PendingReason) -> WaitReason {
         match reason {
-            PendingReason::QuotaExceeded { .. } => WaitReason::Quota,
+            PendingReason::QuotaExceeded { .. } | PendingReason::BudgetSpent { .. } => {
+                WaitReason::Quota
+            }
             PendingReason::CohortExhausted { .. } => WaitReason::CohortExhausted,
             PendingReason::NoDomainFits { .. } => WaitReason::NoDomainFits,
             PendingReason::BehindHead { .. } => WaitReason::BehindHead,

@@ -37,7 +37,7 @@ pub use goodput::{Account, Goodput, Summary as GoodputSummary, WaitReason};
 pub use limits::{CycleConfig, CycleStats, ScanMemo};
 pub use limits::{PreemptionConfig, VictimOrder};
 pub use state::{
-    mean_life_ms, worker_nodes, ApplyError, DecayedUse, Job, Node, NodeStatus, Phase, QueueKey,
-    State, Tenant,
+    mean_life_ms, worker_nodes, ApplyError, BudgetLedger, DecayedUse, Job, Node, NodeStatus, Phase,
+    QueueKey, State, Tenant,
 };
 pub use tally::{eviction_label, LogTally, ReclaimClock};

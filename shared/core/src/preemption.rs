@@ -676,6 +676,8 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                             });
                         }
                     }
+                    // A spent budget: no one else's work is lost for it.
+                    Err(quota::Blocked::Budget { .. }) => {}
                     Err(quota::Blocked::Quota {
                         used,
                         nominal,
@@ -1444,6 +1446,7 @@ mod cost_examples {
                         nominal: 8,
                         borrowing_limit: None,
                         lending_limit: None,
+                        budget: None,
                     }],
                     priority_preemption: true,
                 },

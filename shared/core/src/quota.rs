@@ -115,6 +115,14 @@ pub enum Blocked {
         /// GPUs the job needs.
         need: Gpus,
     },
+    /// The tenant's GPU-hour budget in the flavor is spent, and its policy
+    /// is to wait for the next period.
+    Budget {
+        /// Flavor.
+        flavor: FlavorIdx,
+        /// The tenant.
+        tenant: TenantIdx,
+    },
 }
 
 impl Blocked {
@@ -149,6 +157,17 @@ impl Blocked {
                 lendable_left,
                 need,
             },
+            Blocked::Budget { flavor, tenant } => {
+                let ledger = state.tenant(tenant).budget(flavor);
+                let budget = ledger.map(|l| l.budget);
+                let spent_in = ledger.and_then(|l| l.spent_in).unwrap_or_default();
+                PendingReason::BudgetSpent {
+                    flavor: state.flavor_name(flavor).to_string(),
+                    gpu_hours: budget.map_or(0, |b| b.gpu_hours),
+                    period: budget.map_or("", |b| b.period.name()).to_string(),
+                    renews_at: budget.map_or(spent_in, |b| b.period.next_start(spent_in)),
+                }
+            }
         }
     }
 
@@ -157,6 +176,7 @@ impl Blocked {
         match self {
             Blocked::Quota { .. } => "quota_exceeded",
             Blocked::Cohort { .. } => "cohort_exhausted",
+            Blocked::Budget { .. } => "budget_spent",
         }
     }
 }
@@ -180,6 +200,12 @@ pub fn check(
             need,
         });
     };
+    if tenant.budget_holds(f) {
+        return Err(Blocked::Budget {
+            flavor: f,
+            tenant: t,
+        });
+    }
     let limit = match tenant.cohort {
         None => q.nominal,
         Some(_) => q
@@ -530,7 +556,12 @@ pub fn decide(
 ) -> (Vec<Event>, QuotaStats) {
     let mut ov = QuotaOverlay::default();
     let mut stats = QuotaStats::default();
-    let mut events = Vec::new();
+    // A budget's standing changes first, alone: this cycle's admissions
+    // are decided under it by the next.
+    let mut events = budget_events(state, now);
+    if !events.is_empty() {
+        return (events, stats);
+    }
     let mut heap = BinaryHeap::new();
     let mut passes: FxHashMap<TenantIdx, TenantPass> = FxHashMap::default();
     for ti in 0..state.tenants().len() as TenantIdx {
@@ -619,6 +650,38 @@ pub fn within_reach(state: &State, cfg: &CycleConfig, now: Timestamp, job: &Job)
     tenant.spec.queueing == QueueingMode::BestEffortFifo && !starved(cfg, now, head_submitted)
 }
 
+/// Budgets whose standing the log must change at `now`: spent (used up
+/// in the current period, not yet marked) or renewed (marked spent, but a
+/// new period began or the budget was raised past what was used).
+pub fn budget_events(state: &State, now: Timestamp) -> Vec<Event> {
+    let mut events = Vec::new();
+    for tenant in state.tenants() {
+        for (f, ledger) in tenant.budgets.iter().enumerate() {
+            let Some(l) = ledger else { continue };
+            let f = f as FlavorIdx;
+            let period_start = l.budget.period.start_of(now.max(l.at));
+            let used_up = l.left_at(tenant.used(f), now) == 0;
+            let (tenant, flavor) = (tenant.spec.name.clone(), state.flavor_name(f).to_string());
+            match l.spent_in {
+                None if used_up => events.push(Event::BudgetSpent {
+                    tenant,
+                    flavor,
+                    period_start,
+                    at: now,
+                }),
+                Some(p) if p != period_start || !used_up => events.push(Event::BudgetRenewed {
+                    tenant,
+                    flavor,
+                    period_start,
+                    at: now,
+                }),
+                _ => {}
+            }
+        }
+    }
+    events
+}
+
 /// Whether a best-effort pass may go on past this blocked head: not if the
 /// head has waited past the starvation window (then it holds the queue as
 /// in strict FIFO), nor if no job could fit (no flavor of the tenant has
@@ -637,6 +700,7 @@ fn may_pass(
         && !starved(cfg, now, head.submitted_at)
         && tenant.flavor_order.iter().any(|&f| {
             check(state, ov, t, f, 1).is_ok()
-                || ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal)
+                || (!tenant.budget_holds(f)
+                    && ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal))
         })
 }

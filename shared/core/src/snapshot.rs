@@ -24,7 +24,7 @@ use crate::State;
 
 /// The encoding's version. Bump it when `State` or anything inside it
 /// changes shape, and update the pinned digest in this module's tests.
-pub const FORMAT: u16 = 5;
+pub const FORMAT: u16 = 6;
 
 const MAGIC: &[u8; 4] = b"GPSS";
 const HASH_LEN: usize = 32;
@@ -219,6 +219,11 @@ mod tests {
                     nominal: 16,
                     borrowing_limit: None,
                     lending_limit: None,
+                    budget: Some(gpusched_model::Budget {
+                        gpu_hours: 1_000,
+                        period: gpusched_model::BudgetPeriod::Month,
+                        when_spent: gpusched_model::WhenSpent::Wait,
+                    }),
                 }],
                 priority_preemption: true,
             },
@@ -322,6 +327,10 @@ mod tests {
             s.tenants()[0].decayed.gpu_ms(0) > 0.0,
             "decayed use covered"
         );
+        assert!(
+            s.tenants()[0].budget(0).is_some_and(|b| b.used_gpu_ms > 0),
+            "budget ledgers covered"
+        );
     }
 
     /// The encoding of a known state, pinned: when this fails, the shape of
@@ -334,7 +343,7 @@ mod tests {
             .to_string();
         assert_eq!(
             (FORMAT, &digest[..16]),
-            (5, "b0cb6dcde2b92b2b"),
+            (6, "14ff6e57ac4c379c"),
             "the snapshot encoding changed: bump snapshot::FORMAT and update this digest"
         );
     }

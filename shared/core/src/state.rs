@@ -14,13 +14,15 @@ use gpusched_events::{
     QueueState, RejectReason, RequeueReason, Victim,
 };
 use gpusched_model::{
-    CohortSpec, FieldError, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp,
-    LEVEL_ANY, LEVEL_NODE,
+    CohortSpec, FieldError, FlavorQuota, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec,
+    Timestamp, WhenSpent, LEVEL_ANY, LEVEL_NODE,
 };
 use rustc_hash::FxHashMap;
 
+mod budget;
 mod gates;
 mod usage;
+pub use budget::BudgetLedger;
 pub use gates::{ArraySlots, Dependency};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -330,7 +332,26 @@ pub struct Quota {
 impl Quota {
     /// Nominal GPUs that are never lent.
     pub fn guaranteed(&self) -> Gpus {
-        self.nominal - self.lendable
+        self.nominal.saturating_sub(self.lendable)
+    }
+
+    /// A tenant's quota in a flavor as configured; past a spent budget
+    /// whose policy is borrow-only, none of it is its own: it lends all of
+    /// its nominal quota and borrows whatever it uses, up to the limit it
+    /// had.
+    fn resolve(q: &FlavorQuota, borrow_only: bool) -> Quota {
+        if borrow_only {
+            return Quota {
+                nominal: 0,
+                borrowing_limit: q.borrowing_limit.map(|b| q.nominal.saturating_add(b)),
+                lendable: q.nominal,
+            };
+        }
+        Quota {
+            nominal: q.nominal,
+            borrowing_limit: q.borrowing_limit,
+            lendable: q.lendable(),
+        }
     }
 }
 
@@ -358,6 +379,9 @@ pub struct Tenant {
     /// Its past use, decayed with its cohort's half-life (empty without one).
     #[serde(default)]
     pub decayed: DecayedUse,
+    /// GPU-hour budget ledgers per flavor index (`None`: no budget there).
+    #[serde(default)]
+    pub budgets: Vec<Option<BudgetLedger>>,
 }
 
 impl Tenant {
@@ -372,6 +396,27 @@ impl Tenant {
     /// GPUs of `used` drawn from the cohort's lendable pool.
     pub fn pool_draw(&self, f: FlavorIdx, used: Gpus) -> Gpus {
         used.saturating_sub(self.quota(f).map_or(0, |q| q.guaranteed()))
+    }
+    /// Its GPU-hour budget in a flavor, if it has one.
+    pub fn budget(&self, f: FlavorIdx) -> Option<&BudgetLedger> {
+        self.budgets.get(f as usize).and_then(Option::as_ref)
+    }
+    /// Whether its budget in `f` is spent and its jobs there wait: its
+    /// policy says so, or it is borrow-only but the tenant is in no cohort
+    /// (there is no one to borrow from).
+    pub fn budget_holds(&self, f: FlavorIdx) -> bool {
+        self.budget(f).is_some_and(|b| {
+            b.is_spent() && (b.budget.when_spent == WhenSpent::Wait || self.spec.cohort.is_none())
+        })
+    }
+    /// Whether its budget in `f` is spent and its jobs there may only
+    /// borrow: none of its nominal quota is its own until the period ends.
+    pub fn budget_borrows_only(&self, f: FlavorIdx) -> bool {
+        self.budget(f).is_some_and(|b| {
+            b.is_spent()
+                && b.budget.when_spent == WhenSpent::BorrowOnly
+                && self.spec.cohort.is_some()
+        })
     }
 }
 
@@ -510,6 +555,20 @@ pub enum ApplyError {
         /// The dependency named.
         dependency: JobId,
     },
+    /// A budget event that does not match the budget: the tenant has no
+    /// budget in the flavor, or it is already in the standing the event
+    /// sets.
+    #[error("tenant {tenant:?}, flavor {flavor:?}: {event}: {why}")]
+    BadBudget {
+        /// The tenant.
+        tenant: String,
+        /// The flavor.
+        flavor: String,
+        /// The event kind.
+        event: &'static str,
+        /// What is wrong.
+        why: &'static str,
+    },
 }
 
 /// Preemptible running jobs of one tenant and flavor, by latest safe point first.
@@ -588,6 +647,17 @@ fn at_mut<T: Clone + Default>(v: &mut Vec<T>, i: usize) -> &mut T {
         v.resize(i + 1, T::default());
     }
     &mut v[i]
+}
+
+/// A tenant's quotas per flavor index, from its spec (flavors in `order`)
+/// and where its budgets stand.
+fn resolved_quotas(tenant: &Tenant, order: &[FlavorIdx]) -> Vec<Option<Quota>> {
+    let mut quotas = Vec::new();
+    for (q, &f) in tenant.spec.quotas.iter().zip(order) {
+        let borrow_only = tenant.budget_borrows_only(f);
+        *at_mut(&mut quotas, f as usize) = Some(Quota::resolve(q, borrow_only));
+    }
+    quotas
 }
 
 impl State {
@@ -922,6 +992,11 @@ impl State {
         let h = self.usage_half_life_ms(t);
         let tenant = &mut self.tenants[t as usize];
         tenant.decayed.roll(&tenant.usage, h, self.clock);
+        for (f, ledger) in tenant.budgets.iter_mut().enumerate() {
+            if let Some(l) = ledger {
+                l.roll(tenant.usage.get(f).copied().unwrap_or(0), self.clock);
+            }
+        }
     }
 
     /// Frees a job's GPUs and quota (it must hold them).
@@ -1311,6 +1386,15 @@ impl State {
                 self.end_cancelled(*job, *at)
             }
             Event::CohortConfigured { spec, at } => self.on_cohort_configured(spec, *at),
+            Event::BudgetSpent {
+                tenant,
+                flavor,
+                period_start,
+                ..
+            } => self.on_budget_marked(tenant, flavor, Some(*period_start), ev.kind()),
+            Event::BudgetRenewed { tenant, flavor, .. } => {
+                self.on_budget_marked(tenant, flavor, None, ev.kind())
+            }
         }
     }
 
@@ -1354,6 +1438,7 @@ impl State {
                     queue: QueueState::Open,
                     holding: BTreeSet::new(),
                     decayed: DecayedUse::default(),
+                    budgets: Vec::new(),
                 });
                 self.tenant_by_name.insert(spec.name.clone(), t);
                 t
@@ -1361,28 +1446,100 @@ impl State {
         };
         self.roll_use(t);
         self.detach_tenant(t);
-        let mut quotas = Vec::new();
         let mut order = Vec::new();
         for q in &spec.quotas {
-            let f = self.intern_flavor(&q.flavor);
-            *at_mut(&mut quotas, f as usize) = Some(Quota {
-                nominal: q.nominal,
-                borrowing_limit: q.borrowing_limit,
-                lendable: q.lendable(),
-            });
-            order.push(f);
+            order.push(self.intern_flavor(&q.flavor));
         }
+        let budgets = self.budget_ledgers(t, spec, &order);
         let tenant = &mut self.tenants[t as usize];
         tenant.spec = spec.clone();
-        tenant.quotas = quotas;
+        tenant.budgets = budgets;
+        tenant.quotas = resolved_quotas(tenant, &order);
         tenant.flavor_order = order;
         tenant.version += 1;
         if let Some(c) = &spec.cohort {
             self.attach_tenant(t, c);
         }
+        for f in self.tenants[t as usize].flavor_order.clone() {
+            self.drop_holds_past_nominal(t, f);
+        }
         // A record kept under another cohort's half-life goes on under this
         // one's (or is dropped, without one).
         self.roll_use(t);
+        Ok(())
+    }
+
+    /// The budget ledgers of tenant `t` under `spec` (flavors in `order`):
+    /// a budget kept with the same period goes on counting (and stays
+    /// spent if it was); a new one, or one whose period changed, counts
+    /// from the clock.
+    fn budget_ledgers(
+        &self,
+        t: TenantIdx,
+        spec: &TenantSpec,
+        order: &[FlavorIdx],
+    ) -> Vec<Option<BudgetLedger>> {
+        let old = &self.tenants[t as usize];
+        let mut ledgers = Vec::new();
+        for (q, &f) in spec.quotas.iter().zip(order) {
+            let Some(budget) = q.budget else { continue };
+            let ledger = match old.budget(f) {
+                Some(l) if l.budget.period == budget.period => BudgetLedger {
+                    budget,
+                    ..l.clone()
+                },
+                _ => BudgetLedger::new(budget, self.clock),
+            };
+            *at_mut(&mut ledgers, f as usize) = Some(ledger);
+        }
+        ledgers
+    }
+
+    /// Marks tenant `t`'s budget in `f` spent (in the period starting at
+    /// `period`) or renewed (`None`); where its policy is borrow-only, its
+    /// quota there changes with it.
+    fn on_budget_marked(
+        &mut self,
+        tenant: &str,
+        flavor: &str,
+        spent_in: Option<Timestamp>,
+        kind: &'static str,
+    ) -> Result<(), ApplyError> {
+        let t = self
+            .tenant_idx(tenant)
+            .ok_or_else(|| ApplyError::UnknownTenant(tenant.to_string()))?;
+        let bad = |why| ApplyError::BadBudget {
+            tenant: tenant.to_string(),
+            flavor: flavor.to_string(),
+            event: kind,
+            why,
+        };
+        let f = self
+            .flavor(flavor)
+            .filter(|&f| self.tenants[t as usize].budget(f).is_some())
+            .ok_or_else(|| bad("the tenant has no budget in this flavor"))?;
+        let spent = self.tenants[t as usize]
+            .budget(f)
+            .is_some_and(|l| l.is_spent());
+        if spent == spent_in.is_some() {
+            return Err(bad(if spent {
+                "the budget is spent already"
+            } else {
+                "the budget is not spent"
+            }));
+        }
+        self.roll_use(t);
+        self.detach_tenant(t);
+        let tenant = &mut self.tenants[t as usize];
+        if let Some(Some(l)) = tenant.budgets.get_mut(f as usize) {
+            l.spent_in = spent_in;
+        }
+        tenant.quotas = resolved_quotas(tenant, &tenant.flavor_order.clone());
+        tenant.version += 1;
+        if let Some(c) = tenant.spec.cohort.clone() {
+            self.attach_tenant(t, &c);
+        }
+        self.drop_holds_past_nominal(t, f);
         Ok(())
     }
 
@@ -2459,6 +2616,21 @@ impl State {
                 }
             }
         }
+        // Budgets only where set: older states hash as they did.
+        for t in &self.tenants {
+            for (f, l) in t.budgets.iter().enumerate() {
+                let Some(l) = l else { continue };
+                put(t.spec.name.as_bytes());
+                put(self.flavor_name(f as FlavorIdx).as_bytes());
+                put(&l.budget.gpu_hours.to_le_bytes());
+                put(l.budget.period.name().as_bytes());
+                put(l.budget.when_spent.name().as_bytes());
+                put(&l.period_start.0.to_le_bytes());
+                put(&l.used_gpu_ms.to_le_bytes());
+                put(&l.at.0.to_le_bytes());
+                put(&l.spent_in.map_or(u64::MAX, |p| p.0).to_le_bytes());
+            }
+        }
         // Cohorts' own settings only where set: older states hash as they
         // did.
         for c in &self.cohorts {
@@ -2555,6 +2727,28 @@ impl State {
             }
             if let Some(v) = d.gpu_ms.iter().find(|v| !v.is_finite() || **v < 0.0) {
                 return Err(format!("tenant {}: decayed use {v}", t.spec.name));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_budgets(&self) -> Result<(), String> {
+        for t in &self.tenants {
+            for (f, l) in t.budgets.iter().enumerate() {
+                let Some(l) = l else { continue };
+                let name = &t.spec.name;
+                if l.at > self.clock || l.period_start > l.at {
+                    return Err(format!("tenant {name}: budget ledger ahead of the clock"));
+                }
+                if l.period_start != l.budget.period.start_of(l.at) {
+                    return Err(format!("tenant {name}: budget counted in the wrong period"));
+                }
+                let own = t.quota(f as FlavorIdx).map_or(0, |q| q.nominal);
+                if t.budget_borrows_only(f as FlavorIdx) && own != 0 {
+                    return Err(format!(
+                        "tenant {name}: spent borrow-only budget but {own} GPUs of its own"
+                    ));
+                }
             }
         }
         Ok(())
@@ -2693,6 +2887,7 @@ impl State {
         }
         self.check_gates()?;
         self.check_decayed_use()?;
+        self.check_budgets()?;
         let counted: u64 = Phase::ALL.iter().map(|p| self.counts.get(*p)).sum();
         if counted != self.jobs.len() as u64 {
             return Err("phase counts drifted".into());

@@ -14,6 +14,7 @@ use gpusched_core::{run_cycle, snapshot, CycleConfig, NodeStatus, Phase, ScanMem
 use gpusched_events::{Event, Outcome};
 use gpusched_model::{JobId, NodeId};
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 
 const MAX_JOBS: usize = 60;
 
@@ -34,6 +35,20 @@ enum Op {
     Gated(JobGen, Gate),
     /// Cohort `c{0}` keeps use with a half-life of `{1}` s (0: none).
     HalfLife(u8, u64),
+    /// Tenant `{0} % tenants` gets a daily budget in its first flavor of
+    /// `{1}` GPU-hours, borrow-only if `{2}` (`{1}` 0: none).
+    Budget(usize, u64, bool),
+}
+
+/// `op_gen` with budgets set, changed and dropped, and time moving on in
+/// hours so that they are spent and renewed (a separate strategy, so
+/// `op_gen`'s cases and saved seeds stay as they were).
+fn op_with_budgets_gen() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op_gen(),
+        2 => (any::<usize>(), 0u64..=4, any::<bool>()).prop_map(|(t, h, b)| Op::Budget(t, h, b)),
+        2 => (1u64..=10).prop_map(|h| Op::Advance(h * 3_600)),
+    ]
 }
 
 fn half_life_gen() -> impl Strategy<Value = u64> {
@@ -255,6 +270,22 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) -> Option<Vec<Event>> {
                 d.submit(spec);
             }
         }
+        Op::Budget(sel, gpu_hours, borrow_only) => {
+            let t = (*sel % tenants) as u32;
+            let mut spec = d.state.tenant(t).spec.clone();
+            if let Some(q) = spec.quotas.first_mut() {
+                q.budget = (*gpu_hours > 0).then_some(gpusched_model::Budget {
+                    gpu_hours: *gpu_hours,
+                    period: gpusched_model::BudgetPeriod::Day,
+                    when_spent: if *borrow_only {
+                        gpusched_model::WhenSpent::BorrowOnly
+                    } else {
+                        gpusched_model::WhenSpent::Wait
+                    },
+                });
+            }
+            d.apply(Event::TenantConfigured { spec });
+        }
         Op::HalfLife(c, h) => {
             let at = d.now;
             d.apply(Event::CohortConfigured {
@@ -356,6 +387,10 @@ fn check_replay(d: &Driver, checkpoints: &[(usize, String)]) -> Result<(), TestC
                 let c = st.cohort(c);
                 c.usage_half_life_s == spec.usage_half_life_s && c.configured_at == Some(*at)
             }),
+            // Configuring a tenant as it is.
+            Event::TenantConfigured { spec } => st
+                .tenant_idx(&spec.name)
+                .is_some_and(|t| st.tenant(t).spec == *spec),
             _ => false,
         };
         if let Err(err) = st.apply(e) {
@@ -561,6 +596,35 @@ proptest! {
         }
     }
 
+    /// GPU-hour budgets: invariants and replay hold with budgets set,
+    /// changed and dropped at random and days going by; read back from the
+    /// log, each budget's count equals a sum computed apart from the fold,
+    /// no tenant was admitted in a flavor while its budget there was spent
+    /// with `wait`, everything admitted past a `borrow-only` budget was
+    /// borrowed, and a budget was marked spent only when used up and
+    /// renewed only in a new period or when raised.
+    #[test]
+    fn budgets_keep_invariants_replay_and_hold_what_they_promise(
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
+        cfg in config_gen(),
+        first in (0u64..=4, any::<bool>()),
+        ops in proptest::collection::vec(op_with_budgets_gen(), 1..150),
+    ) {
+        let mut ops = ops;
+        ops.insert(0, Op::Budget(0, first.0.max(1), first.1));
+        let (d, checkpoints) = run(&c, &tenants, cfg, &ops);
+        check_replay(&d, &checkpoints)?;
+        assert_memo_hides_nothing(&d);
+        check_budgets_in_log(&d.log)?;
+        if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
+            let spent = d.log.iter().filter(|e| matches!(e, Event::BudgetSpent { .. })).count();
+            let renewed = d.log.iter().filter(|e| matches!(e, Event::BudgetRenewed { .. })).count();
+            let waited = d.log.iter().filter(|e| matches!(e, Event::JobPending { reason: gpusched_events::PendingReason::BudgetSpent { .. }, .. })).count();
+            eprintln!("budgets spent {spent} renewed {renewed} waits for a budget {waited}");
+        }
+    }
+
     /// With every node healthy and enough cycles, nothing stays queued that
     /// its tenant's quota and the cluster's shape allow: all accepted jobs end.
     #[test]
@@ -605,6 +669,142 @@ proptest! {
             check_snapshot_at(&d, (f * d.log.len() as f64) as usize)?;
         }
     }
+}
+
+/// Folds the log and checks what budgets promise (see
+/// `budgets_keep_invariants_replay_and_hold_what_they_promise`); the count
+/// is summed from the usage between events, from when each budget began
+/// counting (its first configuration, or a change of period).
+fn check_budgets_in_log(log: &[Event]) -> Result<(), TestCaseError> {
+    /// When counting began, and the (start, end, GPUs held) stretches since.
+    type Count = (u64, Vec<(u64, u64, u32)>);
+    let mut counts: BTreeMap<(u32, u16), Count> = BTreeMap::new();
+    let mut st = State::new();
+    for (i, e) in log.iter().enumerate() {
+        match e {
+            Event::JobAdmitted {
+                job,
+                flavor,
+                borrowed,
+                ..
+            } => {
+                let j = st.job(*job).expect("admitted job");
+                let (t, f) = (
+                    j.tenant.expect("a tenant"),
+                    st.flavor(flavor).expect("a flavor"),
+                );
+                let tenant = st.tenant(t);
+                prop_assert!(
+                    !tenant.budget_holds(f),
+                    "event {}: job {} admitted past a spent budget",
+                    i,
+                    job
+                );
+                if tenant.budget_borrows_only(f) {
+                    prop_assert_eq!(
+                        *borrowed,
+                        j.spec.total_gpus(),
+                        "event {}: job {} not all borrowed",
+                        i,
+                        job
+                    );
+                }
+            }
+            Event::BudgetSpent {
+                tenant, flavor, at, ..
+            }
+            | Event::BudgetRenewed {
+                tenant, flavor, at, ..
+            } => {
+                let t = st.tenant_idx(tenant).expect("a tenant");
+                let f = st.flavor(flavor).expect("a flavor");
+                let l = st.tenant(t).budget(f).expect("a budget");
+                let left = l.left_at(st.tenant(t).used(f), *at);
+                if matches!(e, Event::BudgetSpent { .. }) {
+                    prop_assert_eq!(left, 0, "event {}: marked spent with GPU-ms left", i);
+                } else {
+                    let new_period = l.spent_in != Some(l.budget.period.start_of(*at));
+                    prop_assert!(
+                        new_period || left > 0,
+                        "event {}: renewed in the same period, still spent",
+                        i
+                    );
+                }
+            }
+            _ => {}
+        }
+        let before_clock = st.clock().0;
+        let before: Vec<(Vec<u32>, Vec<Option<gpusched_model::Budget>>)> = st
+            .tenants()
+            .iter()
+            .map(|t| {
+                (
+                    t.usage.clone(),
+                    t.budgets
+                        .iter()
+                        .map(|b| b.as_ref().map(|l| l.budget))
+                        .collect(),
+                )
+            })
+            .collect();
+        st.apply(e).expect("the log replays");
+        let now = st.clock().0;
+        for (t, (usage, _)) in before.iter().enumerate() {
+            if now <= before_clock {
+                break;
+            }
+            for ((tt, f), (_, stretches)) in counts.iter_mut() {
+                if *tt == t as u32 {
+                    let u = usage.get(usize::from(*f)).copied().unwrap_or(0);
+                    stretches.push((before_clock, now, u));
+                }
+            }
+        }
+        if let Event::TenantConfigured { spec } = e {
+            let t = st.tenant_idx(&spec.name).expect("configured");
+            let old = before
+                .get(t as usize)
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            for (f, l) in st.tenant(t).budgets.iter().enumerate() {
+                let key = (t, f as u16);
+                match l {
+                    None => {
+                        counts.remove(&key);
+                    }
+                    Some(l) => {
+                        let kept = old
+                            .get(f)
+                            .copied()
+                            .flatten()
+                            .is_some_and(|b| b.period == l.budget.period);
+                        if !kept {
+                            counts.insert(key, (now, Vec::new()));
+                        }
+                    }
+                }
+            }
+            counts.retain(|(tt, f), _| *tt != t || st.tenant(t).budget(*f).is_some());
+        }
+    }
+    let now = st.clock();
+    for ((t, f), (from, stretches)) in &counts {
+        let tenant = st.tenant(*t);
+        let l = tenant.budget(*f).expect("a budget");
+        let start = l.budget.period.start_of(now).0.max(*from);
+        let want: u64 = stretches
+            .iter()
+            .map(|&(s, e, u)| u64::from(u) * e.min(now.0).saturating_sub(s.max(start)))
+            .sum();
+        prop_assert_eq!(
+            l.used_at(tenant.used(*f), now),
+            want,
+            "tenant {} flavor {}",
+            t,
+            f
+        );
+    }
+    Ok(())
 }
 
 /// Folds the log and checks, before each admission, that the job's

@@ -23,7 +23,7 @@
 //! events writes beside them and checks before reading them. Any change
 //! to the layout (a field added to a variant, a variant appended) bumps
 //! it, and the checked-in message of every kind
-//! (`shared/events/fixtures/log-v4.bus`, tested by the bus crate) fails
+//! (`shared/events/fixtures/log-v5.bus`, tested by the bus crate) fails
 //! until it does. A reader of another form must refuse the message and
 //! read those events from the log (docs/extending.md).
 //!
@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 /// The number of the binary form's layout. Bumped with every change to
 /// it; readers refuse a form they do not know.
-pub const FORM: u16 = 4;
+pub const FORM: u16 = 5;
 
 #[derive(Serialize, Deserialize)]
 #[serde(remote = "WorkerExit")]
@@ -97,6 +97,12 @@ enum PendingReasonDef {
     },
     DependencyFailed {
         dependency: JobId,
+    },
+    BudgetSpent {
+        flavor: String,
+        gpu_hours: u64,
+        period: String,
+        renews_at: Timestamp,
     },
 }
 
@@ -295,6 +301,18 @@ enum EventDef {
         spec: CohortSpec,
         at: Timestamp,
     },
+    BudgetSpent {
+        tenant: String,
+        flavor: String,
+        period_start: Timestamp,
+        at: Timestamp,
+    },
+    BudgetRenewed {
+        tenant: String,
+        flavor: String,
+        period_start: Timestamp,
+        at: Timestamp,
+    },
 }
 
 /// A job's worker exits, each with every field written.
@@ -390,6 +408,8 @@ mod tests {
             EvictionPlanned { .. } => 25,
             JobDependencyFailed { .. } => 26,
             CohortConfigured { .. } => 27,
+            BudgetSpent { .. } => 28,
+            BudgetRenewed { .. } => 29,
         }
     }
 
@@ -453,6 +473,11 @@ mod tests {
                         nominal: 16,
                         borrowing_limit: Some(8),
                         lending_limit: None,
+                        budget: Some(gpusched_model::Budget {
+                            gpu_hours: 500,
+                            period: gpusched_model::BudgetPeriod::Month,
+                            when_spent: gpusched_model::WhenSpent::BorrowOnly,
+                        }),
                     }],
                     priority_preemption: false,
                 },
@@ -742,6 +767,28 @@ mod tests {
                 job: j,
                 reason: PendingReason::DependencyFailed {
                     dependency: JobId(3),
+                },
+                at: t,
+            },
+            Event::BudgetSpent {
+                tenant: "ml".into(),
+                flavor: "h100".into(),
+                period_start: Timestamp(1_000),
+                at: t,
+            },
+            Event::BudgetRenewed {
+                tenant: "ml".into(),
+                flavor: "h100".into(),
+                period_start: Timestamp(2_000),
+                at: t,
+            },
+            Event::JobPending {
+                job: j,
+                reason: PendingReason::BudgetSpent {
+                    flavor: "h100".into(),
+                    gpu_hours: 500,
+                    period: "month".into(),
+                    renews_at: Timestamp(2_000),
                 },
                 at: t,
             },

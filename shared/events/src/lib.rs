@@ -152,6 +152,18 @@ pub enum PendingReason {
         /// That job.
         dependency: JobId,
     },
+    /// The tenant spent its GPU-hour budget in the flavor for this period,
+    /// and its policy is to wait for the next.
+    BudgetSpent {
+        /// Flavor (the job's most preferred).
+        flavor: String,
+        /// GPU-hours the budget allows per period.
+        gpu_hours: u64,
+        /// The period: `day`, `week` or `month`.
+        period: String,
+        /// When the next period begins.
+        renews_at: Timestamp,
+    },
 }
 
 impl PendingReason {
@@ -165,6 +177,7 @@ impl PendingReason {
             PendingReason::WaitingForJobs { .. } => "waiting_for_jobs",
             PendingReason::ArrayLimit { .. } => "array_limit",
             PendingReason::DependencyFailed { .. } => "dependency_failed",
+            PendingReason::BudgetSpent { .. } => "budget_spent",
         }
     }
 }
@@ -220,6 +233,10 @@ impl fmt::Display for PendingReason {
             PendingReason::DependencyFailed { dependency } => write!(
                 f,
                 "job {dependency}, which it runs after (after_ok), ended without succeeding; this job will never run and is being cancelled"
+            ),
+            PendingReason::BudgetSpent { flavor, gpu_hours, period, .. } => write!(
+                f,
+                "budget spent: the tenant used its {gpu_hours} GPU-hours of {flavor} for this {period}; it waits for the next {period}"
             ),
         }
     }
@@ -716,12 +733,37 @@ pub enum Event {
         /// old half-life before the new one applies.
         at: Timestamp,
     },
+    /// A tenant's GPU-hours in a flavor reached its budget for the period:
+    /// its budget's policy (`when_spent`) applies to its jobs there until
+    /// the period ends.
+    BudgetSpent {
+        /// The tenant.
+        tenant: String,
+        /// The flavor.
+        flavor: String,
+        /// The start of the period whose budget was spent.
+        period_start: Timestamp,
+        /// When.
+        at: Timestamp,
+    },
+    /// A new period began for a tenant whose budget in a flavor was spent:
+    /// its jobs there are served as before.
+    BudgetRenewed {
+        /// The tenant.
+        tenant: String,
+        /// The flavor.
+        flavor: String,
+        /// The start of the new period.
+        period_start: Timestamp,
+        /// When.
+        at: Timestamp,
+    },
 }
 
 /// Every event kind ([`Event::kind`]), in the order the variants are
 /// declared: `KINDS[i]` is the kind whose binary form has variant index
 /// `i` (`binary`'s tests check both). Only appended to, like `Event`.
-pub const KINDS: [&str; 28] = [
+pub const KINDS: [&str; 30] = [
     "topology_configured",
     "tenant_configured",
     "node_added",
@@ -750,6 +792,8 @@ pub const KINDS: [&str; 28] = [
     "eviction_planned",
     "job_dependency_failed",
     "cohort_configured",
+    "budget_spent",
+    "budget_renewed",
 ];
 
 /// The kinds that end a job for good ([`Event::ends_job`]).
@@ -784,7 +828,7 @@ impl Event {
             JobAccepted { .. } | JobRejected { .. } | JobDependencyFailed { .. } => {
                 Producer::Admission
             }
-            JobAdmitted { .. } => Producer::Quota,
+            JobAdmitted { .. } | BudgetSpent { .. } | BudgetRenewed { .. } => Producer::Quota,
             JobPending { reason, .. } => match reason {
                 PendingReason::NoDomainFits { .. } => Producer::Placement,
                 _ => Producer::Quota,
@@ -831,6 +875,8 @@ impl Event {
             EvictionPlanned { .. } => "eviction_planned",
             JobDependencyFailed { .. } => "job_dependency_failed",
             CohortConfigured { .. } => "cohort_configured",
+            BudgetSpent { .. } => "budget_spent",
+            BudgetRenewed { .. } => "budget_renewed",
         }
     }
 
@@ -849,7 +895,9 @@ impl Event {
             | NodeLost { node, .. }
             | NodeRejoined { node, .. }
             | NodeEvicted { node, .. } => Aggregate::Node(*node),
-            QueueStateSet { tenant, .. } => Aggregate::Tenant(tenant.clone()),
+            QueueStateSet { tenant, .. }
+            | BudgetSpent { tenant, .. }
+            | BudgetRenewed { tenant, .. } => Aggregate::Tenant(tenant.clone()),
             EvictionPlanned { cause, .. } => match cause {
                 EvictionCause::QueueStopped { tenant } => Aggregate::Tenant(tenant.clone()),
                 EvictionCause::NodeEvicted { node } => Aggregate::Node(*node),
@@ -903,7 +951,9 @@ impl Event {
             | NodeEvicted { at, .. }
             | EvictionPlanned { at, .. }
             | JobDependencyFailed { at, .. }
-            | CohortConfigured { at, .. } => Some(*at),
+            | CohortConfigured { at, .. }
+            | BudgetSpent { at, .. }
+            | BudgetRenewed { at, .. } => Some(*at),
             TopologyConfigured { .. }
             | TenantConfigured { .. }
             | NodeCordoned { .. }

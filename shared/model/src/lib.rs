@@ -13,11 +13,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod array;
+mod budget;
 pub mod positional;
 pub use array::{
     parse_array_indices, parse_array_set, ArrayIndicesError, ArraySet, ArrayTask, MAX_ARRAY_INDEX,
     MAX_ARRAY_TASKS,
 };
+pub use budget::{Budget, BudgetPeriod, WhenSpent, MAX_BUDGET_GPU_HOURS};
 
 /// A count of GPUs.
 pub type Gpus = u32;
@@ -127,6 +129,10 @@ pub struct FlavorQuota {
     #[serde(default)]
     #[schema(value_type = Option<u32>, format = Int64, maximum = 4_294_967_295_u64)]
     pub lending_limit: Option<Gpus>,
+    /// GPU-hours the tenant may use of this flavor per calendar period;
+    /// `None` is no budget.
+    #[serde(default)]
+    pub budget: Option<Budget>,
 }
 
 impl FlavorQuota {
@@ -505,6 +511,9 @@ impl TenantSpec {
             if q.flavor.trim().is_empty() {
                 return Err(FieldError::new("quotas.flavor", "must not be empty"));
             }
+            if let Some(b) = &q.budget {
+                b.check_fields("quotas.budget")?;
+            }
         }
         Ok(())
     }
@@ -612,6 +621,7 @@ mod tests {
             nominal: 8,
             borrowing_limit: None,
             lending_limit: Some(20),
+            budget: None,
         };
         assert_eq!(q.lendable(), 8);
     }

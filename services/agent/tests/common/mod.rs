@@ -47,6 +47,7 @@ pub fn tenant(name: &str, nominal: u32) -> TenantSpec {
             nominal,
             borrowing_limit: None,
             lending_limit: None,
+            budget: None,
         }],
         priority_preemption: false,
     }

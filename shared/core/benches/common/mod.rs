@@ -77,6 +77,7 @@ pub fn cluster() -> State {
                     nominal: 20_000,
                     borrowing_limit: None,
                     lending_limit: None,
+                    budget: None,
                 }],
                 priority_preemption: true,
             },

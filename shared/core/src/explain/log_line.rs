@@ -125,6 +125,14 @@ pub fn log_line(before: &State, ev: &Event) -> String {
             format!("job {job} back in queue {tenant}: the queue was stopped before it was placed")
         }
         Event::QueueStateSet { tenant, state, .. } => format!("queue {tenant} set {state}"),
+        Event::BudgetSpent { tenant, flavor, .. } => {
+            let b = budget_of(before, tenant, flavor);
+            format!("{tenant} spent its GPU-hour budget in {flavor}{b}")
+        }
+        Event::BudgetRenewed { tenant, flavor, .. } => {
+            let b = budget_of(before, tenant, flavor);
+            format!("{tenant}'s GPU-hour budget in {flavor} renewed{b}")
+        }
         Event::JobDependencyFailed {
             job, dependency, ..
         } => format!(
@@ -206,6 +214,24 @@ pub fn log_line(before: &State, ev: &Event) -> String {
     }
 }
 
+/// A budget's terms, as `" (500 GPU-hours a month, then wait)"`, or
+/// nothing where the tenant has none in the flavor.
+fn budget_of(before: &State, tenant: &str, flavor: &str) -> String {
+    let ledger = before
+        .tenant_idx(tenant)
+        .zip(before.flavor(flavor))
+        .and_then(|(t, f)| before.tenant(t).budget(f));
+    ledger.map_or_else(String::new, |l| {
+        let b = l.budget;
+        format!(
+            " ({} GPU-hours a {}, then {})",
+            b.gpu_hours,
+            b.period.name(),
+            b.when_spent.name()
+        )
+    })
+}
+
 /// The nodes an event concerns: those it names, and those its job held or
 /// is given.
 pub fn nodes_touched(before: &State, ev: &Event) -> Vec<NodeId> {
@@ -249,6 +275,8 @@ pub fn tenant_touched<'a>(before: &'a State, ev: &'a Event) -> Option<&'a str> {
     match ev {
         Event::TenantConfigured { spec } => Some(&spec.name),
         Event::QueueStateSet { tenant, .. }
+        | Event::BudgetSpent { tenant, .. }
+        | Event::BudgetRenewed { tenant, .. }
         | Event::EvictionPlanned {
             cause: EvictionCause::QueueStopped { tenant },
             ..

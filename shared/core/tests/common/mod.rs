@@ -60,6 +60,7 @@ impl TenantBuilder {
             nominal,
             borrowing_limit: None,
             lending_limit: None,
+            budget: None,
         });
         self
     }

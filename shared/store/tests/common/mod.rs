@@ -48,6 +48,7 @@ pub fn tenant_spec(name: &str, nominal: u32) -> TenantSpec {
             nominal,
             borrowing_limit: None,
             lending_limit: None,
+            budget: None,
         }],
         priority_preemption: true,
     }
