@@ -164,6 +164,8 @@ enum ScenarioArg {
     Pipeline,
     /// Borrowers of weights 1, 2 and 4 under a usage half-life, one bursting early and returning (docs/simulator.md).
     Fairshare,
+    /// Daily GPU-hour budgets, one waiting and one borrow-only once spent, and a returning owner (docs/simulator.md).
+    Budget,
 }
 
 #[derive(clap::Args)]
@@ -372,6 +374,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         ScenarioArg::Maintenance => gpusched_sim::scenario::maintenance(args.seed),
         ScenarioArg::Pipeline => gpusched_sim::scenario::pipeline(args.seed),
         ScenarioArg::Fairshare => gpusched_sim::scenario::fairshare(args.seed),
+        ScenarioArg::Budget => gpusched_sim::scenario::budget(args.seed),
     });
     let mut cluster = match (&scenario, &args.cluster) {
         (Some((c, _)), _) => c.clone(),

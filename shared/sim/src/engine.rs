@@ -4,7 +4,9 @@
 //! losses, playing the node agents' part (starting bound jobs, reporting
 //! completions: success, or failure for a job the workload says fails),
 //! and the measurements the report is built from (among them each
-//! tenant's GPUs held and backlog over time, for the fair-share section).
+//! tenant's GPUs held and backlog over time, for the fair-share section,
+//! and each budgeted tenant's quota holds and budget events, for the
+//! budgets section).
 //!
 //! Must never: decide anything the core decides, or read the wall clock for
 //! anything but measuring how long cycles take. Same cluster, workload and
@@ -14,14 +16,16 @@ use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadKind};
 use gpusched_core::state::TenantIdx;
 use gpusched_core::{
-    run_cycle_timed, ApplyError, CycleConfig, Goodput, Phase, ReclaimClock, ScanMemo, Stage,
-    StageClock, State,
+    run_cycle_timed, ApplyError, CycleConfig, FlavorIdx, Goodput, Phase, ReclaimClock, ScanMemo,
+    Stage, StageClock, State,
 };
-use gpusched_events::{Event, Outcome, PreemptionCause, RejectReason, RequeueReason};
-use gpusched_model::{JobId, Timestamp};
+use gpusched_events::{
+    Event, Outcome, PendingReason, PreemptionCause, RejectReason, RequeueReason,
+};
+use gpusched_model::{Budget, JobId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Instant;
 
 /// How to run a simulation.
@@ -156,6 +160,8 @@ pub struct Measurements {
     pub gates: Gates,
     /// Each tenant's GPUs held and backlog, as they changed.
     pub shares: ShareLog,
+    /// Budgeted tenants' quota holds and budget events.
+    pub budgets: BudgetLog,
 }
 
 /// What a job counts as in its tenant's figures now.
@@ -253,6 +259,255 @@ impl ShareLog {
             *target -= n;
         }
     }
+}
+
+/// One hold of quota by a job, in a flavor where its tenant has a budget:
+/// from its admission to its release (preempted, requeued or ended).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuotaHold {
+    /// The job.
+    pub job: JobId,
+    /// GPUs charged.
+    pub gpus: u64,
+    /// When it was admitted.
+    pub admitted_at: Timestamp,
+    /// When it released the quota (`None`: it held it at the end).
+    pub released_at: Option<Timestamp>,
+}
+
+/// One tenant's budget in one flavor, as the run's events showed it.
+#[derive(Clone, Debug)]
+pub struct BudgetRecord {
+    /// The budget, as last configured.
+    pub budget: Budget,
+    /// When it was first configured.
+    pub since: Timestamp,
+    /// Every hold of quota in the flavor by the tenant's jobs, in order of
+    /// admission.
+    pub holds: Vec<QuotaHold>,
+    /// `BudgetSpent` events: (period start, when).
+    pub spent: Vec<(Timestamp, Timestamp)>,
+    /// `BudgetRenewed` events: (period start, when).
+    pub renewed: Vec<(Timestamp, Timestamp)>,
+    /// Jobs given the pending reason `budget_spent` in the flavor.
+    pub pending: BTreeSet<JobId>,
+    /// Jobs that waited for quota (submitted or queued, holding none) at
+    /// some moment while the budget was spent, and could use the flavor.
+    pub waited_while_spent: BTreeSet<JobId>,
+    /// Jobs admitted in the flavor while the budget was spent.
+    pub admitted_while_spent: BTreeSet<JobId>,
+    /// Jobs holding quota in the flavor that were preempted while the
+    /// budget was spent.
+    pub preempted_while_spent: BTreeSet<JobId>,
+    /// Whether the log says it is spent now.
+    spent_now: bool,
+}
+
+/// Budgeted tenants' quota holds and budget events, recorded as they
+/// happen: what the report's budgets section integrates over each
+/// period. Holds are opened by `JobAdmitted` and closed by the events
+/// that release quota, so they do not depend on the state's own count.
+#[derive(Clone, Debug, Default)]
+pub struct BudgetLog {
+    /// Per tenant and flavor with a budget.
+    pub budgets: BTreeMap<(TenantIdx, FlavorIdx), BudgetRecord>,
+    /// Jobs holding quota in a budgeted flavor → that budget and the hold.
+    open: FxHashMap<JobId, ((TenantIdx, FlavorIdx), usize)>,
+    /// Jobs of budgeted tenants waiting for quota, per tenant.
+    waiting: BTreeMap<TenantIdx, BTreeSet<JobId>>,
+}
+
+impl BudgetLog {
+    /// Notes what `e` (already applied to `state`) did to a budget or to a
+    /// budgeted tenant's job.
+    fn observe(&mut self, e: &Event, state: &State, now: Timestamp) {
+        if let Event::TenantConfigured { spec } = e {
+            self.configured(&spec.name, state, now);
+        }
+        if self.budgets.is_empty() {
+            return;
+        }
+        let key = |tenant: &str, flavor: &str| state.tenant_idx(tenant).zip(state.flavor(flavor));
+        match e {
+            Event::BudgetSpent {
+                tenant,
+                flavor,
+                period_start,
+                at,
+            } => {
+                let Some(k) = key(tenant, flavor) else { return };
+                let waiting: Vec<JobId> = self
+                    .waiting
+                    .get(&k.0)
+                    .map(|w| {
+                        w.iter()
+                            .copied()
+                            .filter(|&j| accepts(state, j, k.1))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(r) = self.budgets.get_mut(&k) {
+                    r.spent.push((*period_start, *at));
+                    r.spent_now = true;
+                    r.waited_while_spent.extend(waiting);
+                }
+            }
+            Event::BudgetRenewed {
+                tenant,
+                flavor,
+                period_start,
+                at,
+            } => {
+                if let Some(r) = key(tenant, flavor).and_then(|k| self.budgets.get_mut(&k)) {
+                    r.renewed.push((*period_start, *at));
+                    r.spent_now = false;
+                }
+            }
+            Event::JobPending {
+                job,
+                reason: PendingReason::BudgetSpent { flavor, .. },
+                ..
+            } => {
+                let t = state
+                    .job(*job)
+                    .and_then(|j| state.tenant_idx(&j.spec.tenant));
+                let k = t.zip(state.flavor(flavor));
+                if let Some(r) = k.and_then(|k| self.budgets.get_mut(&k)) {
+                    r.pending.insert(*job);
+                }
+            }
+            _ => {}
+        }
+        self.job_event(e, state, now);
+    }
+
+    /// A tenant's budgets as configured now: a new one counts from `now`.
+    fn configured(&mut self, name: &str, state: &State, now: Timestamp) {
+        let Some(t) = state.tenant_idx(name) else {
+            return;
+        };
+        let tenant = state.tenant(t);
+        for &f in &tenant.flavor_order {
+            let Some(l) = tenant.budget(f) else { continue };
+            let new = !self.budgets.contains_key(&(t, f));
+            let r = self.budgets.entry((t, f)).or_insert_with(|| BudgetRecord {
+                budget: l.budget,
+                since: now,
+                holds: Vec::new(),
+                spent: Vec::new(),
+                renewed: Vec::new(),
+                pending: BTreeSet::new(),
+                waited_while_spent: BTreeSet::new(),
+                admitted_while_spent: BTreeSet::new(),
+                preempted_while_spent: BTreeSet::new(),
+                spent_now: false,
+            });
+            r.budget = l.budget;
+            r.spent_now = l.is_spent();
+            if new {
+                // Jobs already holding quota count from now, as the
+                // state's ledger counts them; jobs already waiting are
+                // known as such.
+                for id in 1..=state.job_count() as u64 {
+                    let Some(j) = state.job(JobId(id)) else {
+                        continue;
+                    };
+                    if j.spec.tenant != name {
+                        continue;
+                    }
+                    if matches!(j.phase, Phase::Submitted | Phase::Queued) {
+                        self.waiting.entry(t).or_default().insert(j.id);
+                    }
+                    if j.flavor == Some(f) && j.phase.holds_quota() {
+                        r.holds.push(QuotaHold {
+                            job: j.id,
+                            gpus: u64::from(j.spec.total_gpus()),
+                            admitted_at: now,
+                            released_at: None,
+                        });
+                        self.open.insert(j.id, ((t, f), r.holds.len() - 1));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens or closes a hold, and keeps the waiting jobs, for a job of a
+    /// budgeted tenant.
+    fn job_event(&mut self, e: &Event, state: &State, now: Timestamp) {
+        let Some(id) = e.job() else { return };
+        // Named by its spec: a job has its tenant index only once accepted.
+        let Some(t) = state.job(id).and_then(|j| state.tenant_idx(&j.spec.tenant)) else {
+            return;
+        };
+        if !self.budgets.keys().any(|k| k.0 == t) {
+            return;
+        }
+        let waits = match e {
+            Event::JobSubmitted { .. } => true,
+            Event::JobAdmitted { flavor, .. } => {
+                let k = state.flavor(flavor).map(|f| (t, f));
+                if let Some((k, r)) = k.and_then(|k| self.budgets.get_mut(&k).map(|r| (k, r))) {
+                    let gpus = state.job(id).map_or(0, |j| u64::from(j.spec.total_gpus()));
+                    r.holds.push(QuotaHold {
+                        job: id,
+                        gpus,
+                        admitted_at: now,
+                        released_at: None,
+                    });
+                    if r.spent_now {
+                        r.admitted_while_spent.insert(id);
+                    }
+                    self.open.insert(id, (k, r.holds.len() - 1));
+                }
+                false
+            }
+            Event::JobPreempted { .. } | Event::JobRequeued { .. } => {
+                self.release(id, matches!(e, Event::JobPreempted { .. }), now);
+                true
+            }
+            e if e.ends_job() => {
+                self.release(id, false, now);
+                false
+            }
+            _ => return,
+        };
+        let waiting = self.waiting.entry(t).or_default();
+        if !waits {
+            waiting.remove(&id);
+            return;
+        }
+        waiting.insert(id);
+        for (&(_, f), r) in self.budgets.range_mut((t, 0)..=(t, FlavorIdx::MAX)) {
+            if r.spent_now && accepts(state, id, f) {
+                r.waited_while_spent.insert(id);
+            }
+        }
+    }
+
+    /// Closes a job's hold, if it has one; `preempted` counts it when its
+    /// budget is spent.
+    fn release(&mut self, id: JobId, preempted: bool, now: Timestamp) {
+        let Some((k, i)) = self.open.remove(&id) else {
+            return;
+        };
+        if let Some(r) = self.budgets.get_mut(&k) {
+            if let Some(h) = r.holds.get_mut(i) {
+                h.released_at = Some(now);
+            }
+            if preempted && r.spent_now {
+                r.preempted_while_spent.insert(id);
+            }
+        }
+    }
+}
+
+/// Whether job `id` may run in flavor `f` (no flavors named: any of its
+/// tenant's).
+fn accepts(state: &State, id: JobId, f: FlavorIdx) -> bool {
+    state.job(id).is_some_and(|j| {
+        j.spec.flavors.is_empty() || j.spec.flavors.iter().any(|n| n == state.flavor_name(f))
+    })
 }
 
 /// What dependencies (`after_ok`, `after`) and array limits (`%N`) did,
@@ -591,6 +846,7 @@ impl Simulator {
         m.operations.observe(e);
         m.gates.observe(e);
         m.shares.observe(e, &self.state, self.now);
+        m.budgets.observe(e, &self.state, self.now);
     }
 
     /// The agent's part after a run starts: its completion and its
@@ -880,6 +1136,18 @@ impl Simulator {
                     | Event::EvictionPlanned { victims, .. } => {
                         self.on_preemption_planned(victims);
                     }
+                    // A cycle when the period renews, though nothing else
+                    // may happen then.
+                    Event::BudgetSpent { tenant, flavor, .. } => {
+                        let renews = self.state.tenant_idx(tenant).zip(self.state.flavor(flavor));
+                        let renews = renews.and_then(|(t, f)| {
+                            let l = self.state.tenant(t).budget(f)?;
+                            Some(l.budget.period.next_start(self.now))
+                        });
+                        if let Some(at) = renews {
+                            self.push(at, Action::Wake);
+                        }
+                    }
                     _ => {}
                 }
                 if self.opts.record_events {
@@ -897,11 +1165,25 @@ impl Simulator {
         Ok(())
     }
 
+    /// Whether nothing more can happen: the workload is all submitted and
+    /// every job has ended (what is left on the agenda, such as a wake for
+    /// a budget's next period, would only move the clock).
+    fn nothing_left(&self) -> bool {
+        let counts = self.state.phase_counts();
+        self.items_done == self.workload.items.len()
+            && Phase::ALL
+                .iter()
+                .all(|&p| p.is_terminal() || counts.get(p) == 0)
+    }
+
     /// Runs to the end (or `until`), calling `progress` every few thousand steps.
     pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), SimError> {
         let started = Instant::now();
         let mut steps = 0u64;
         while let Some(Reverse((t, _, _))) = self.agenda.peek().copied() {
+            if self.nothing_left() {
+                break;
+            }
             if self.opts.until.is_some_and(|u| t > u) {
                 if let Some(u) = self.opts.until {
                     self.advance_to(u);

@@ -3,7 +3,8 @@
 //! Owns: cluster files (`cluster`), workloads from the native CSV, the ITP
 //! traces and a synthetic generator (`workload`), the discrete-event loop
 //! that plays users and node agents (`engine`), built-in scenarios
-//! (`scenario`), and the report (`report`), fair-share section included.
+//! (`scenario`), and the report (`report`), fair-share and budgets
+//! sections included.
 //!
 //! Must never: make a scheduling decision of its own; every decision comes
 //! from `gpusched-core`.

@@ -4,8 +4,9 @@
 //! figures users compare runs by — waits, completion times, utilisation,
 //! cycle cost, what operations, dependencies and array limits did, and
 //! how each cohort member's share of GPU-hours tracked its weight (the
-//! fair-share section). A wait or a share is a measured outcome here,
-//! never a prediction.
+//! fair-share section), and what each GPU-hour budget's tenant used of it
+//! period by period (the budgets section). A wait, a share or a budget's
+//! use is a measured outcome here, never a prediction.
 //!
 //! Must never: change the simulation.
 
@@ -274,6 +275,10 @@ pub struct Report {
     /// some cohort has more than one member.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fair_share: Option<FairShareReport>,
+    /// Each GPU-hour budget's use, period by period, when some tenant has
+    /// a budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Vec<BudgetReport>>,
 }
 
 /// How the report is computed.
@@ -430,6 +435,7 @@ impl Report {
             operations: operations(&m.operations),
             gates: gates(sim),
             fair_share: fair_share(sim, opts.fair_share_window_s.max(1) * 1000),
+            budgets: budgets(sim),
         }
     }
 
@@ -609,6 +615,9 @@ impl Report {
         }
         if let Some(f) = &self.fair_share {
             f.write_table(&mut s);
+        }
+        for b in self.budgets.iter().flatten() {
+            b.write_table(&mut s);
         }
         let _ = writeln!(s);
         if let Some(ok) = self.replay_hash_matches {
@@ -1022,6 +1031,245 @@ fn window_shares(
         gpu_hours: total / 3_600_000.0,
         deviation: counted.then_some(deviation),
         tenants,
+    }
+}
+
+/// One tenant's GPU-hour budget in one flavor, and what it used of it
+/// (see docs/simulator.md, "GPU-hour budgets"). Measured from the run's
+/// events: a job holds quota from its `JobAdmitted` to the event that
+/// releases it (preempted, requeued or ended).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BudgetReport {
+    /// The tenant.
+    pub tenant: String,
+    /// The flavor.
+    pub flavor: String,
+    /// GPU-hours per period (the budget at the end of the run).
+    pub gpu_hours: u64,
+    /// Its period: `day`, `week` or `month`.
+    pub period: String,
+    /// Its policy once spent: `wait` or `borrow-only`.
+    pub when_spent: String,
+    /// GPU-hours its jobs held in the flavor, whole run.
+    pub used_gpu_hours: f64,
+    /// `BudgetSpent` events: periods in which it was spent.
+    pub times_spent: usize,
+    /// Jobs given the pending reason `budget_spent` (the quota stage gives
+    /// a reason to the job it examines, its tenant's head; the jobs behind
+    /// it wait too, counted below).
+    pub jobs_pending_budget_spent: u64,
+    /// Jobs that waited for quota (submitted or queued) at some moment
+    /// while the budget was spent.
+    pub jobs_waited_while_spent: u64,
+    /// Jobs admitted in the flavor while it was spent (borrow-only: all on
+    /// lent quota).
+    pub jobs_admitted_while_spent: u64,
+    /// Jobs preempted while it was spent.
+    pub jobs_preempted_while_spent: u64,
+    /// Each period the run covered, in time order.
+    pub periods: Vec<BudgetPeriodReport>,
+}
+
+/// One period of a budget.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BudgetPeriodReport {
+    /// Its start, virtual seconds.
+    pub from_s: f64,
+    /// Its end, virtual seconds (the run's end for the last period).
+    pub to_s: f64,
+    /// GPU-hours the tenant's jobs held in it.
+    pub used_gpu_hours: f64,
+    /// When those reached the budget, seconds after the period's start.
+    pub used_up_after_s: Option<f64>,
+    /// When the log said it was spent (`BudgetSpent`: the first cycle
+    /// after it was used up), seconds after the period's start.
+    pub spent_after_s: Option<f64>,
+    /// When the log renewed it at the period's start (`BudgetRenewed`),
+    /// seconds after that start: only for a period that began spent.
+    pub renewed_after_s: Option<f64>,
+    /// GPU-hours held after it was used up by jobs admitted before
+    /// (running jobs run on).
+    pub run_on_gpu_hours: f64,
+    /// GPU-hours held after it was used up by jobs admitted since
+    /// (borrow-only: on lent quota; with `wait`, 0).
+    pub after_spent_gpu_hours: f64,
+}
+
+/// The budgets section: one entry per tenant and flavor with a budget.
+fn budgets(sim: &Simulator) -> Option<Vec<BudgetReport>> {
+    let log = &sim.measurements.budgets;
+    if log.budgets.is_empty() {
+        return None;
+    }
+    let state = sim.state();
+    let end = sim.measurements.end;
+    let reports = log
+        .budgets
+        .iter()
+        .map(|(&(t, f), r)| {
+            let periods = budget_periods(r, end);
+            let count = |s: &std::collections::BTreeSet<gpusched_model::JobId>| s.len() as u64;
+            BudgetReport {
+                tenant: state.tenant(t).spec.name.clone(),
+                flavor: state.flavor_name(f).to_string(),
+                gpu_hours: r.budget.gpu_hours,
+                period: r.budget.period.name().to_string(),
+                when_spent: r.budget.when_spent.name().to_string(),
+                used_gpu_hours: periods.iter().map(|p| p.used_gpu_hours).sum(),
+                times_spent: r.spent.len(),
+                jobs_pending_budget_spent: count(&r.pending),
+                jobs_waited_while_spent: count(&r.waited_while_spent),
+                jobs_admitted_while_spent: count(&r.admitted_while_spent),
+                jobs_preempted_while_spent: count(&r.preempted_while_spent),
+                periods,
+            }
+        })
+        .collect();
+    Some(reports)
+}
+
+/// A budget's periods from the one its record began in to the run's end.
+fn budget_periods(
+    r: &crate::engine::BudgetRecord,
+    end: gpusched_model::Timestamp,
+) -> Vec<BudgetPeriodReport> {
+    let period = r.budget.period;
+    let mut out = Vec::new();
+    let mut from = period.start_of(r.since);
+    while from < end || out.is_empty() {
+        let next = period.next_start(from);
+        let to = next.min(end);
+        out.push(budget_period(r, from.0, to.0.max(from.0)));
+        if next <= from {
+            break;
+        }
+        from = next;
+    }
+    out
+}
+
+/// One period `[from, to)`, ms: the GPU-ms held in it, when they reached
+/// the budget, and how what was held after that splits between jobs
+/// admitted before and since.
+fn budget_period(r: &crate::engine::BudgetRecord, from: u64, to: u64) -> BudgetPeriodReport {
+    let budget_ms = r.budget.gpu_ms() as f64;
+    // Each hold cut to the period: (from, to, GPUs, admitted at).
+    let holds: Vec<(u64, u64, f64, u64)> = r
+        .holds
+        .iter()
+        .filter_map(|h| {
+            let a = h.admitted_at.0.max(from);
+            let b = h.released_at.map_or(to, |x| x.0).min(to);
+            (a < b).then_some((a, b, h.gpus as f64, h.admitted_at.0))
+        })
+        .collect();
+    // The moment the running total reached the budget: sweep the changes
+    // of GPUs held in time order.
+    let mut steps: Vec<(u64, f64)> = holds
+        .iter()
+        .flat_map(|&(a, b, g, _)| [(a, g), (b, -g)])
+        .collect();
+    steps.sort_by(|x, y| x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)));
+    let (mut used, mut gpus, mut at) = (0.0, 0.0, from);
+    let mut used_up: Option<f64> = None;
+    for (t, dg) in steps {
+        let add = gpus * (t - at) as f64;
+        if used_up.is_none() && gpus > 0.0 && used + add >= budget_ms {
+            used_up = Some(at as f64 + (budget_ms - used) / gpus);
+        }
+        used += add;
+        gpus += dg;
+        at = t;
+    }
+    let (mut run_on, mut after_spent) = (0.0, 0.0);
+    if let Some(u) = used_up {
+        for &(a, b, g, admitted) in &holds {
+            let held = g * (b as f64 - (a as f64).max(u)).max(0.0);
+            if (admitted as f64) < u {
+                run_on += held;
+            } else {
+                after_spent += held;
+            }
+        }
+    }
+    let secs_after = |t: f64| (t - from as f64) / 1000.0;
+    let event_in = |events: &[(gpusched_model::Timestamp, gpusched_model::Timestamp)]| {
+        events
+            .iter()
+            .find(|(p, _)| p.0 == from)
+            .map(|(_, at)| secs_after(at.0 as f64))
+    };
+    let hours = |ms: f64| ms / 3_600_000.0;
+    BudgetPeriodReport {
+        from_s: from as f64 / 1000.0,
+        to_s: to as f64 / 1000.0,
+        used_gpu_hours: hours(used),
+        used_up_after_s: used_up.map(secs_after),
+        spent_after_s: event_in(&r.spent),
+        renewed_after_s: event_in(&r.renewed),
+        run_on_gpu_hours: hours(run_on),
+        after_spent_gpu_hours: hours(after_spent),
+    }
+}
+
+/// Seconds as `+H:MM:SS`, or `-` for none.
+fn offset(s: Option<f64>) -> String {
+    s.map_or("-".to_string(), |s| {
+        let s = s.round() as u64;
+        format!("+{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    })
+}
+
+impl BudgetReport {
+    /// The budget's lines of the table: a summary, then one per period.
+    fn write_table(&self, s: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            s,
+            "  budget         {} in {}: {} GPU-h a {}, when spent: {}; used {:.1} GPU-h, spent in {} of {} periods; {} jobs waited while spent ({} given budget_spent), {} admitted while spent, {} preempted while spent",
+            self.tenant,
+            self.flavor,
+            self.gpu_hours,
+            self.period,
+            self.when_spent,
+            self.used_gpu_hours,
+            self.times_spent,
+            self.periods.len(),
+            self.jobs_waited_while_spent,
+            self.jobs_pending_budget_spent,
+            self.jobs_admitted_while_spent,
+            self.jobs_preempted_while_spent
+        );
+        if self.periods.len() > TABLE_WINDOWS {
+            let _ = writeln!(
+                s,
+                "    {} periods: each period's use is in the --report JSON (budgets[].periods)",
+                self.periods.len()
+            );
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "    {:<14} {:>10} {:>11} {:>11} {:>11} {:>10} {:>12}",
+            "period (h)", "used GPU-h", "used up", "spent", "renewed", "run on", "after spent"
+        );
+        for p in &self.periods {
+            let span = format!("{:.1}–{:.1}", p.from_s / 3600.0, p.to_s / 3600.0);
+            let _ = writeln!(
+                s,
+                "    {span:<14} {:>10.1} {:>11} {:>11} {:>11} {:>10.1} {:>12.1}",
+                p.used_gpu_hours,
+                offset(p.used_up_after_s),
+                offset(p.spent_after_s),
+                offset(p.renewed_after_s),
+                p.run_on_gpu_hours,
+                p.after_spent_gpu_hours
+            );
+        }
+        let _ = writeln!(
+            s,
+            "    (times after the period's start; run on / after spent: GPU-h held after it was used up by jobs admitted before / since)"
+        );
     }
 }
 

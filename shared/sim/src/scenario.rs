@@ -8,7 +8,10 @@
 //! pipelines chained by dependencies, some failing, while the other runs
 //! a large job array under a limit on tasks at once. `fairshare` — three
 //! borrowers of weights 1, 2 and 4 in one cohort with a usage half-life,
-//! the heaviest bursting early, going quiet and returning. And
+//! the heaviest bursting early, going quiet and returning. `budget` — two
+//! tenants with daily GPU-hour budgets, one whose jobs wait once it is
+//! spent and one whose jobs then run only on lent quota, and a quota owner
+//! without a budget that returns and reclaims its share. And
 //! [`set_usage_half_life`]: any cluster with every cohort's half-life set,
 //! to run the same cluster and workload with and without one.
 //!
@@ -471,6 +474,116 @@ pub fn fairshare(seed: u64) -> (Cluster, Workload) {
         items,
         description: format!(
             "fairshare scenario (seed {seed}): borrowers small, medium and large (weights 1, 2, 4) on 128 GPUs lent by pool; small submits a job every 10 min (75), medium every 5 min (140), large 40 every 3 min from t=0 and 80 more from 20 h; 1×8 or 2×8 jobs of 30–150 min"
+        ),
+    };
+    (cluster, workload)
+}
+
+/// The budget scenario's daily budgets, GPU-hours (each of `capped` and
+/// `flex`).
+pub const BUDGET_GPU_HOURS: u64 = 160;
+
+/// The budget scenario's cluster: 64 H100s (1 rack × 2 blocks × 4 nodes ×
+/// 8 GPUs) in cohort `lab`: `owner` (32 GPUs nominal, no budget),
+/// `capped` (16 nominal, 160 GPU-hours a day; when spent, its jobs wait)
+/// and `flex` (16 nominal, 160 GPU-hours a day; when spent, its jobs run
+/// only on quota the cohort lends).
+pub const BUDGET_CLUSTER: &str = r#"
+[topology]
+levels = ["rack", "block"]
+
+[scheduler]
+max_heads = 256
+reservations = 4
+
+[[node_group]]
+flavor = "h100-80g"
+shape = [1, 2]
+nodes_per_leaf = 4
+gpus_per_node = 8
+
+[[tenant]]
+name = "owner"
+cohort = "lab"
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 32 }]
+
+[[tenant]]
+name = "capped"
+cohort = "lab"
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 16, budget = { gpu_hours = 160, period = "day", when_spent = "wait" } }]
+
+[[tenant]]
+name = "flex"
+cohort = "lab"
+queueing = "best-effort-fifo"
+quotas = [{ flavor = "h100-80g", nominal = 16, budget = { gpu_hours = 160, period = "day", when_spent = "borrow-only" } }]
+"#;
+
+/// Days on which `capped` and `flex` submit.
+pub const BUDGET_DAYS: u64 = 3;
+/// The budget scenario's daily submissions from 08:00: (tenant, jobs, every
+/// so many seconds).
+const BUDGET_STREAMS: [(&str, u64, u64); 2] = [("capped", 16, 900), ("flex", 24, 600)];
+/// When `owner` returns: day 1, 14:00 (virtual seconds; the run starts at
+/// 00:00 UTC, so days are the budgets' periods).
+pub const BUDGET_OWNER_RETURNS_S: u64 = 86_400 + 14 * 3600;
+
+/// The budget scenario, on [`BUDGET_CLUSTER`].
+///
+/// - On each of 3 days, from 08:00, `capped` submits a 1×8 job every 15
+///   minutes (16) and `flex` one every 10 minutes (24), plus up to a
+///   minute each, running 60–180 minutes and checkpointing every 30:
+///   about 260 and 380 GPU-hours a day, more than their 160. With `owner`
+///   away they borrow its quota, and spend their budgets early in the
+///   afternoon.
+/// - Spent, `capped`'s jobs wait for the next day (00:00 UTC); `flex`'s
+///   run on, borrowing all they use.
+/// - Day 1, 14:00: `owner` returns with four 1×8 jobs of 4 hours (its 32
+///   GPUs), and reclaims them from the borrowers.
+///
+/// The seed varies times and durations.
+pub fn budget(seed: u64) -> (Cluster, Workload) {
+    let cluster = match Cluster::parse(BUDGET_CLUSTER, "budget scenario") {
+        Ok(c) => c,
+        Err(e) => unreachable!("the budget scenario's cluster is checked by tests: {e}"),
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6275_6467);
+    let checkpoint = Some(CheckpointPolicy {
+        interval_s: 1800,
+        duration_s: 60,
+    });
+    let mut items = Vec::new();
+    for day in 0..BUDGET_DAYS {
+        for (tenant, jobs, every_s) in BUDGET_STREAMS {
+            for k in 0..jobs {
+                items.push(WorkloadItem {
+                    at: Timestamp::from_secs(
+                        day * 86_400 + 8 * 3600 + k * every_s + rng.gen_range(0..60),
+                    ),
+                    kind: WorkloadKind::Submit {
+                        spec: job(tenant, 1, "node", checkpoint),
+                        duration_s: rng.gen_range(3600..=10_800),
+                    },
+                });
+            }
+        }
+    }
+    for _ in 0..4 {
+        items.push(WorkloadItem {
+            at: Timestamp::from_secs(BUDGET_OWNER_RETURNS_S),
+            kind: WorkloadKind::Submit {
+                spec: job("owner", 1, "node", checkpoint),
+                duration_s: 4 * 3600,
+            },
+        });
+    }
+    items.sort_by_key(|i| i.at);
+    let workload = Workload {
+        items,
+        description: format!(
+            "budget scenario (seed {seed}): on 64 GPUs, capped (budget {BUDGET_GPU_HOURS} GPU-h a day, wait) submits 16 × 1×8 jobs every 15 min and flex ({BUDGET_GPU_HOURS} GPU-h a day, borrow-only) 24 every 10 min, from 08:00 on {BUDGET_DAYS} days, 60–180 min each; owner (32 nominal, no budget) returns on day 1 at 14:00 with 4 × 1×8 jobs of 4 h"
         ),
     };
     (cluster, workload)
