@@ -261,7 +261,7 @@ mod tests {
     /// decoding forever.
     const GOLDEN_BINARY: &[u8] = &[
         0x01, // form 1: binary events
-        0x04, // binary form 4
+        0x05, // binary form 5
         0x05, b'a', b'd', b'm', b'i', b't', // producer
         0x03, // epoch
         0xac, 0x02, // first_seq 300
@@ -318,7 +318,7 @@ mod tests {
             correlation_id: None,
             events: vec![],
         });
-        let binary: &[u8] = &[0x01, 0x04, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
+        let binary: &[u8] = &[0x01, 0x05, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x00];
         assert_eq!(encode(&env).unwrap(), binary);
         assert_eq!(decode(binary).unwrap(), env);
         let json: &[u8] = &[0x00, 0x01, b'p', 0x00, 0x01, 0x01, 0x00, 0x02, b'[', b']'];
@@ -345,11 +345,11 @@ mod tests {
         let bad_json: &[u8] = &[0x00, 0x01, b'p', 0, 1, 1, 0, 0x02, b'{', b'}'];
         assert!(matches!(decode(bad_json), Err(BusError::Events(_))));
         // An event variant this build does not know.
-        let unknown_event: &[u8] = &[0x01, 0x04, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
+        let unknown_event: &[u8] = &[0x01, 0x05, 0x01, b'p', 0, 1, 1, 0, 0x01, 0x7f];
         assert!(matches!(decode(unknown_event), Err(BusError::Envelope(_))));
         // Another release's binary form (an earlier one, or a later one)
         // is refused before any event is read.
-        for found in [1, 2, 3, 5] {
+        for found in [1, 2, 3, 4, 6] {
             let mut other_form = GOLDEN_BINARY.to_vec();
             other_form[1] = found;
             assert!(matches!(
