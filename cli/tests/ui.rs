@@ -22,7 +22,6 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use gpusched_events::Event;
 use gpusched_model::{JobId, JobSpec};
 use serde_json::{json, Value};
-use stack::Stack;
 
 const VISION_TOKEN: &str = "ui-test-vision-token";
 const LANGUAGE_TOKEN: &str = "ui-test-language-token";
@@ -254,9 +253,9 @@ async fn the_dashboard_in_a_real_browser() {
     let driver = Driver::start();
     let tmp = tempfile::tempdir().expect("tmp");
     let tokens = write_tokens(tmp.path());
-    let mut stack = Stack::new().await;
+    let mut stack = stack::new().await;
     stack.args("gateway", &["--tokens-file", &tokens.display().to_string()]);
-    stack.start_all().await;
+    stack::start_all(&mut stack).await;
     let http = stack.http.clone();
 
     // A short job that runs to its end, a long one to cancel from the UI,
@@ -264,12 +263,27 @@ async fn the_dashboard_in_a_real_browser() {
     let done = submit(&http, VISION_TOKEN, &spec("vision", 60)).await;
     let long = submit(&http, VISION_TOKEN, &spec("vision", 3_600_000)).await;
     let other = submit(&http, LANGUAGE_TOKEN, &spec("language", 3_600_000)).await;
+    // A GPU-hour budget, which the queues page shows in a column of its own.
+    let r = reqwest::Client::new()
+        .put(format!("{http}/v1/tenants/vision/budgets/h100-80g"))
+        .bearer_auth(stack::ADMIN_TOKEN)
+        .json(&json!({"gpu_hours": 500, "period": "month"}))
+        .send()
+        .await
+        .expect("set a budget");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
 
     let c = driver.browser().await;
 
     // --- the admin sees every page ---
     log_in(&c, &http, stack::ADMIN_TOKEN).await;
     until(&c, "the three tenants", "['vision','language','speech'].every(t => document.querySelector('#queues').innerText.includes(t))").await;
+    until(
+        &c,
+        "vision's budget",
+        "document.querySelector('#queues').innerText.includes('of 500 GPU-h this month')",
+    )
+    .await;
     page_ok(&c, "queues").await;
 
     c.goto(&format!("{http}/ui/#/cluster"))
@@ -405,7 +419,7 @@ async fn the_dashboard_in_a_real_browser() {
     page_ok(&c, "job-cancel").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let events = stack.db.store.job_events(JobId(long)).await.expect("log");
+        let events = stack.store.job_events(JobId(long)).await.expect("log");
         if events.iter().any(|e| {
             matches!(
                 e.event,
@@ -451,5 +465,5 @@ async fn the_dashboard_in_a_real_browser() {
     assert_eq!(stored, json!([VISION_TOKEN, 0, ""]));
 
     c.close().await.expect("close the browser");
-    stack.teardown().await;
+    stack::teardown(stack).await;
 }

@@ -220,13 +220,19 @@ async function queuesPage() {
   page("Queues", body);
   render = async () => {
     const { queues } = await api("/v1/queues");
+    // A GPU-hour budget column only where some tenant has a budget.
+    const budgets = queues.some((q) => q.budget);
+    const budget = (b) => !b ? "—"
+      : `${b.used_gpu_hours.toFixed(1)} of ${b.gpu_hours} GPU-h this ${b.period}` + (b.spent ? ` (spent: ${b.when_spent})` : "");
     const rows = queues.map((q) => [
       q.tenant, q.queue || "open", q.cohort || "—", q.flavor, q.nominal, q.used, q.borrowed, q.lent,
       q.pending, q.running,
       Object.entries(q.pending_by_reason || {}).map(([r, n]) => `${r.replaceAll("_", " ")} ${n}`).join(", ") || "—",
+      ...(budgets ? [budget(q.budget)] : []),
     ]);
     body.replaceChildren(table("Quota and use per tenant and flavor (GPUs; jobs for pending and running)",
-      ["Tenant", "Queue", "Cohort", "Flavor", "Nominal", "Used", "Borrowed", "Lent", "Pending", "Running", "Pending by reason"],
+      ["Tenant", "Queue", "Cohort", "Flavor", "Nominal", "Used", "Borrowed", "Lent", "Pending", "Running", "Pending by reason",
+        ...(budgets ? ["Budget"] : [])],
       rows, [4, 5, 6, 7, 8, 9]));
   };
   await render().catch((e) => showError(body, e));
