@@ -170,133 +170,11 @@ pub fn link(
     drafts: Vec<(WorkloadItem, Links)>,
     describe: &dyn Fn(usize) -> String,
 ) -> Result<Vec<WorkloadItem>, LinkError> {
-    use gpusched_model::{ArrayTask, JobId, MAX_ARRAY_TASKS};
-    use std::collections::HashMap;
-    let err = |index: usize, field: &str, message: String| LinkError {
-        index,
-        field: field.to_string(),
-        message,
+    let (order, mut resolved) = {
+        let linker = Linker::new(&drafts, describe)?;
+        let resolved = linker.resolve()?;
+        (linker.order, resolved)
     };
-    let mut order: Vec<usize> = (0..drafts.len()).collect();
-    order.sort_by_key(|&i| drafts[i].0.at);
-    // Job ids and ranks in submit order; names to the item that has them.
-    let mut job_of: Vec<Option<JobId>> = vec![None; drafts.len()];
-    let mut rank = vec![0usize; drafts.len()];
-    let mut next = 1u64;
-    for (r, &i) in order.iter().enumerate() {
-        rank[i] = r;
-        if drafts[i].0.kind.submission().is_some() {
-            job_of[i] = Some(JobId(next));
-            next += 1;
-        }
-    }
-    let mut names: HashMap<&str, usize> = HashMap::new();
-    for &i in &order {
-        let (item, links) = &drafts[i];
-        let Some(name) = links.id.as_deref() else {
-            continue;
-        };
-        if item.kind.submission().is_none() {
-            continue;
-        }
-        if let Some(&first) = names.get(name) {
-            return Err(err(
-                i,
-                "id",
-                format!("{name:?} is already the id of {}", describe(first)),
-            ));
-        }
-        names.insert(name, i);
-    }
-    let mut resolved: Vec<Option<Resolved>> = vec![None; drafts.len()];
-    let mut arrays: HashMap<&str, ArrayDraft> = HashMap::new();
-    for &i in &order {
-        let (item, links) = &drafts[i];
-        let (Some((spec, _, _)), Some(me)) = (item.kind.submission(), job_of[i]) else {
-            continue;
-        };
-        let mut named: Vec<String> = Vec::new();
-        let mut deps = |field: &str, list: &[String]| -> Result<Vec<JobId>, LinkError> {
-            let mut out = Vec::with_capacity(list.len());
-            for name in list {
-                if named.contains(name) {
-                    return Err(err(i, field, format!("{name:?} is named twice")));
-                }
-                named.push(name.clone());
-                let Some(&d) = names.get(name.as_str()) else {
-                    return Err(err(i, field, format!("no job has the id {name:?}")));
-                };
-                if rank[d] >= rank[i] {
-                    return Err(err(
-                        i,
-                        field,
-                        format!(
-                            "{name:?} ({}) is not submitted before this job; a job may only wait on earlier ones",
-                            describe(d)
-                        ),
-                    ));
-                }
-                out.extend(job_of[d]);
-            }
-            Ok(out)
-        };
-        let after_ok = deps("after_ok", &links.after_ok)?;
-        let after = deps("after", &links.after)?;
-        let array = match links.array.as_deref() {
-            None => None,
-            Some(name) => {
-                let a = arrays.entry(name).or_insert_with(|| ArrayDraft {
-                    id: me.0,
-                    tenant: spec.tenant.clone(),
-                    limit: links.array_max_running,
-                    tasks: 0,
-                    first: i,
-                });
-                if a.tenant != spec.tenant {
-                    return Err(err(
-                        i,
-                        "array",
-                        format!(
-                            "array {name:?} is tenant {}'s (its first task, {}); an array's tasks are one tenant's",
-                            a.tenant,
-                            describe(a.first)
-                        ),
-                    ));
-                }
-                if links.array_max_running.is_some_and(|n| Some(n) != a.limit) {
-                    let limit = a
-                        .limit
-                        .map_or("no limit".to_string(), |n| format!("the limit {n}"));
-                    return Err(err(
-                        i,
-                        "array_max_running",
-                        format!(
-                            "array {name:?} has {limit} (set by its first task, {}); a later task repeats it or leaves it out",
-                            describe(a.first)
-                        ),
-                    ));
-                }
-                if a.tasks as usize >= MAX_ARRAY_TASKS {
-                    return Err(err(
-                        i,
-                        "array",
-                        format!("array {name:?} would hold more than {MAX_ARRAY_TASKS} tasks"),
-                    ));
-                }
-                a.tasks += 1;
-                Some(ArrayTask {
-                    array: a.id,
-                    index: a.tasks - 1,
-                    max_running: a.limit,
-                })
-            }
-        };
-        resolved[i] = Some(Resolved {
-            after_ok,
-            after,
-            array,
-        });
-    }
     let mut slots: Vec<Option<WorkloadItem>> = Vec::with_capacity(drafts.len());
     for (i, (mut item, _)) in drafts.into_iter().enumerate() {
         if let (Some(r), Some(spec)) = (resolved[i].take(), spec_mut(&mut item.kind)) {
@@ -304,11 +182,186 @@ pub fn link(
             spec.after = r.after;
             spec.array = r.array;
             spec.check_fields()
-                .map_err(|e| err(i, &e.field, e.rule.to_string()))?;
+                .map_err(|e| link_error(i, &e.field, e.rule.to_string()))?;
         }
         slots.push(Some(item));
     }
     Ok(order.iter().filter_map(|&i| slots[i].take()).collect())
+}
+
+fn link_error(index: usize, field: &str, message: String) -> LinkError {
+    LinkError {
+        index,
+        field: field.to_string(),
+        message,
+    }
+}
+
+/// The drafts in submit order, with their job ids and names: what
+/// resolving a submission's links reads.
+struct Linker<'a> {
+    drafts: &'a [(WorkloadItem, Links)],
+    describe: &'a dyn Fn(usize) -> String,
+    /// Draft indexes by time (stable).
+    order: Vec<usize>,
+    /// Each submission's job id, numbered from 1 in that order.
+    job_of: Vec<Option<gpusched_model::JobId>>,
+    /// Each draft's place in that order.
+    rank: Vec<usize>,
+    /// Submissions' names to their draft.
+    names: std::collections::HashMap<&'a str, usize>,
+}
+
+impl<'a> Linker<'a> {
+    /// Orders the drafts and numbers the submissions; a name given twice
+    /// is an error.
+    fn new(
+        drafts: &'a [(WorkloadItem, Links)],
+        describe: &'a dyn Fn(usize) -> String,
+    ) -> Result<Self, LinkError> {
+        let mut order: Vec<usize> = (0..drafts.len()).collect();
+        order.sort_by_key(|&i| drafts[i].0.at);
+        let mut job_of = vec![None; drafts.len()];
+        let mut rank = vec![0usize; drafts.len()];
+        let mut next = 1u64;
+        for (r, &i) in order.iter().enumerate() {
+            rank[i] = r;
+            if drafts[i].0.kind.submission().is_some() {
+                job_of[i] = Some(gpusched_model::JobId(next));
+                next += 1;
+            }
+        }
+        let mut names = std::collections::HashMap::new();
+        for &i in &order {
+            let (item, links) = &drafts[i];
+            let Some(name) = links
+                .id
+                .as_deref()
+                .filter(|_| item.kind.submission().is_some())
+            else {
+                continue;
+            };
+            if let Some(&first) = names.get(name) {
+                let message = format!("{name:?} is already the id of {}", describe(first));
+                return Err(link_error(i, "id", message));
+            }
+            names.insert(name, i);
+        }
+        Ok(Linker {
+            drafts,
+            describe,
+            order,
+            job_of,
+            rank,
+            names,
+        })
+    }
+
+    /// Every submission's links as job ids, in draft order.
+    fn resolve(&self) -> Result<Vec<Option<Resolved>>, LinkError> {
+        let mut resolved: Vec<Option<Resolved>> = vec![None; self.drafts.len()];
+        let mut arrays: std::collections::HashMap<&str, ArrayDraft> = Default::default();
+        for &i in &self.order {
+            let (item, links) = &self.drafts[i];
+            let (Some((spec, _, _)), Some(me)) = (item.kind.submission(), self.job_of[i]) else {
+                continue;
+            };
+            let mut named = Vec::new();
+            let after_ok = self.deps(i, "after_ok", &links.after_ok, &mut named)?;
+            let after = self.deps(i, "after", &links.after, &mut named)?;
+            let array = match links.array.as_deref() {
+                None => None,
+                Some(name) => {
+                    let a = arrays.entry(name).or_insert_with(|| ArrayDraft {
+                        id: me.0,
+                        tenant: spec.tenant.clone(),
+                        limit: links.array_max_running,
+                        tasks: 0,
+                        first: i,
+                    });
+                    Some(self.array_task(a, i, name, &spec.tenant, links)?)
+                }
+            };
+            resolved[i] = Some(Resolved {
+                after_ok,
+                after,
+                array,
+            });
+        }
+        Ok(resolved)
+    }
+
+    /// The job ids of the dependencies `list` of draft `i` names in
+    /// `field`: each named once (over both fields: `named`), and submitted
+    /// before it.
+    fn deps(
+        &self,
+        i: usize,
+        field: &str,
+        list: &[String],
+        named: &mut Vec<String>,
+    ) -> Result<Vec<gpusched_model::JobId>, LinkError> {
+        let mut out = Vec::with_capacity(list.len());
+        for name in list {
+            if named.contains(name) {
+                return Err(link_error(i, field, format!("{name:?} is named twice")));
+            }
+            named.push(name.clone());
+            let Some(&d) = self.names.get(name.as_str()) else {
+                return Err(link_error(i, field, format!("no job has the id {name:?}")));
+            };
+            if self.rank[d] >= self.rank[i] {
+                let message = format!(
+                    "{name:?} ({}) is not submitted before this job; a job may only wait on earlier ones",
+                    (self.describe)(d)
+                );
+                return Err(link_error(i, field, message));
+            }
+            out.extend(self.job_of[d]);
+        }
+        Ok(out)
+    }
+
+    /// Draft `i`'s task of array `a` (named `name`): one tenant's tasks,
+    /// one limit (set by its first task), at most `MAX_ARRAY_TASKS`.
+    fn array_task(
+        &self,
+        a: &mut ArrayDraft,
+        i: usize,
+        name: &str,
+        tenant: &str,
+        links: &Links,
+    ) -> Result<gpusched_model::ArrayTask, LinkError> {
+        use gpusched_model::MAX_ARRAY_TASKS;
+        if a.tenant != tenant {
+            let message = format!(
+                "array {name:?} is tenant {}'s (its first task, {}); an array's tasks are one tenant's",
+                a.tenant,
+                (self.describe)(a.first)
+            );
+            return Err(link_error(i, "array", message));
+        }
+        if links.array_max_running.is_some_and(|n| Some(n) != a.limit) {
+            let limit = a
+                .limit
+                .map_or("no limit".to_string(), |n| format!("the limit {n}"));
+            let message = format!(
+                "array {name:?} has {limit} (set by its first task, {}); a later task repeats it or leaves it out",
+                (self.describe)(a.first)
+            );
+            return Err(link_error(i, "array_max_running", message));
+        }
+        if a.tasks as usize >= MAX_ARRAY_TASKS {
+            let message = format!("array {name:?} would hold more than {MAX_ARRAY_TASKS} tasks");
+            return Err(link_error(i, "array", message));
+        }
+        a.tasks += 1;
+        Ok(gpusched_model::ArrayTask {
+            array: a.id,
+            index: a.tasks - 1,
+            max_running: a.limit,
+        })
+    }
 }
 
 /// The spec of a submission, to fill in its links.
@@ -583,52 +636,52 @@ impl NativeRow {
     /// The row's item, and its links to other rows (none for an event).
     fn into_item(self, ctx: &RowCtx<'_>) -> Result<(WorkloadItem, Links), WorkloadError> {
         let at = ctx.timestamp("submit_s", ctx.required("submit_s", &self.submit_s)?)?;
-        let event = self.event.as_deref().unwrap_or("job");
-        match event.to_ascii_lowercase().as_str() {
-            "job" => {}
-            "node_lost" => {
-                let node = ctx.required("node", &self.node)?.to_string();
-                return Ok((
-                    WorkloadItem {
-                        at,
-                        kind: WorkloadKind::NodeLost { node },
-                    },
-                    Links::default(),
-                ));
-            }
-            "node_evict" => {
-                let node = ctx.required("node", &self.node)?.to_string();
-                return Ok((
-                    WorkloadItem {
-                        at,
-                        kind: WorkloadKind::NodeEvict { node },
-                    },
-                    Links::default(),
-                ));
-            }
-            "queue_hold" | "queue_release" | "queue_drain" | "queue_stop" => {
-                let tenant = ctx.required("tenant", &self.tenant)?.to_string();
-                let state = match event.to_ascii_lowercase().as_str() {
-                    "queue_hold" => QueueState::Held,
-                    "queue_drain" => QueueState::Draining,
-                    "queue_stop" => QueueState::Stopped,
-                    _ => QueueState::Open,
-                };
-                return Ok((
-                    WorkloadItem {
-                        at,
-                        kind: WorkloadKind::Queue { tenant, state },
-                    },
-                    Links::default(),
-                ));
-            }
-            _ => {
-                return Err(ctx.parse_err(
-                    "event",
-                    format!("expected job, node_lost, node_evict, queue_hold, queue_release, queue_drain or queue_stop, got {event:?}"),
-                ))
-            }
+        let event = self.event.as_deref().unwrap_or("job").to_ascii_lowercase();
+        if event != "job" {
+            let kind = self.event_kind(&event, ctx)?;
+            return Ok((WorkloadItem { at, kind }, Links::default()));
         }
+        let (spec, duration_s) = self.job(ctx)?;
+        let fails = match self.fails.as_deref() {
+            Some(f) => ctx.bool("fails", f)?,
+            None => false,
+        };
+        let links = self.links(ctx)?;
+        let kind = if fails {
+            WorkloadKind::SubmitFailing { spec, duration_s }
+        } else {
+            WorkloadKind::Submit { spec, duration_s }
+        };
+        Ok((WorkloadItem { at, kind }, links))
+    }
+
+    /// An event row's kind: a node lost or evicted, or a queue operation.
+    fn event_kind(&self, event: &str, ctx: &RowCtx<'_>) -> Result<WorkloadKind, WorkloadError> {
+        let queue = |state| -> Result<WorkloadKind, WorkloadError> {
+            let tenant = ctx.required("tenant", &self.tenant)?.to_string();
+            Ok(WorkloadKind::Queue { tenant, state })
+        };
+        match event {
+            "node_lost" => Ok(WorkloadKind::NodeLost {
+                node: ctx.required("node", &self.node)?.to_string(),
+            }),
+            "node_evict" => Ok(WorkloadKind::NodeEvict {
+                node: ctx.required("node", &self.node)?.to_string(),
+            }),
+            "queue_hold" => queue(QueueState::Held),
+            "queue_release" => queue(QueueState::Open),
+            "queue_drain" => queue(QueueState::Draining),
+            "queue_stop" => queue(QueueState::Stopped),
+            _ => Err(ctx.parse_err(
+                "event",
+                format!("expected job, node_lost, node_evict, queue_hold, queue_release, queue_drain or queue_stop, got {:?}", self.event.as_deref().unwrap_or_default()),
+            )),
+        }
+    }
+
+    /// A job row's spec (without its links), checked, and its duration;
+    /// errors name the column (the first bad one, in the order below).
+    fn job(&self, ctx: &RowCtx<'_>) -> Result<(JobSpec, u64), WorkloadError> {
         let tenant = ctx.required("tenant", &self.tenant)?.to_string();
         let workers = ctx.u32("workers", ctx.required("workers", &self.workers)?)?;
         let gpus_per_worker = ctx.u32(
@@ -640,56 +693,32 @@ impl NativeRow {
         if duration_s == 0 {
             return Err(ctx.invalid("duration_s", "must be more than 0 seconds"));
         }
-        let priority = match self.priority.as_deref() {
-            Some(p) => ctx.i32("priority", p)?,
-            None => 0,
-        };
-        let preemptible = match self.preemptible.as_deref() {
-            Some(p) => ctx.bool("preemptible", p)?,
-            None => true,
-        };
-        let checkpoint = match (
-            self.checkpoint_interval_s.as_deref(),
-            self.checkpoint_duration_s.as_deref(),
-        ) {
-            (Some(i), d) => Some(CheckpointPolicy {
-                interval_s: ctx.whole_secs("checkpoint_interval_s", i)?,
-                duration_s: match d {
-                    Some(d) => ctx.whole_secs("checkpoint_duration_s", d)?,
-                    None => NATIVE_DEFAULT_CHECKPOINT_DURATION_S,
-                },
-            }),
-            (None, Some(_)) => {
-                return Err(ctx.invalid(
-                    "checkpoint_duration_s",
-                    "given without checkpoint_interval_s",
-                ))
-            }
-            (None, None) => None,
-        };
-        let max_runtime_s = match self.max_runtime_s.as_deref() {
-            Some(m) => Some(ctx.whole_secs("max_runtime_s", m)?),
-            None => None,
-        };
-        let flavors = match self.flavors.as_deref() {
-            Some(f) => f.split(';').map(|s| s.trim().to_string()).collect(),
-            None => Vec::new(),
-        };
-        let topology = match self.topology {
-            Some(t) => t,
-            None if workers == 1 => LEVEL_NODE.to_string(),
-            None => LEVEL_ANY.to_string(),
-        };
         let spec = JobSpec {
             tenant,
-            priority,
+            priority: match self.priority.as_deref() {
+                Some(p) => ctx.i32("priority", p)?,
+                None => 0,
+            },
             workers,
             gpus_per_worker,
-            flavors,
-            topology,
-            preemptible,
-            checkpoint,
-            max_runtime_s,
+            flavors: match self.flavors.as_deref() {
+                Some(f) => f.split(';').map(|s| s.trim().to_string()).collect(),
+                None => Vec::new(),
+            },
+            topology: match &self.topology {
+                Some(t) => t.clone(),
+                None if workers == 1 => LEVEL_NODE.to_string(),
+                None => LEVEL_ANY.to_string(),
+            },
+            preemptible: match self.preemptible.as_deref() {
+                Some(p) => ctx.bool("preemptible", p)?,
+                None => true,
+            },
+            checkpoint: self.checkpoint(ctx)?,
+            max_runtime_s: match self.max_runtime_s.as_deref() {
+                Some(m) => Some(ctx.whole_secs("max_runtime_s", m)?),
+                None => None,
+            },
             command: Vec::new(),
             env: Default::default(),
             working_dir: None,
@@ -708,10 +737,34 @@ impl NativeRow {
             };
             ctx.invalid(field, e.rule.as_str())
         })?;
-        let fails = match self.fails.as_deref() {
-            Some(f) => ctx.bool("fails", f)?,
-            None => false,
-        };
+        Ok((spec, duration_s))
+    }
+
+    /// The checkpoint columns: an interval, with a duration or the
+    /// default one; a duration alone is an error.
+    fn checkpoint(&self, ctx: &RowCtx<'_>) -> Result<Option<CheckpointPolicy>, WorkloadError> {
+        match (
+            self.checkpoint_interval_s.as_deref(),
+            self.checkpoint_duration_s.as_deref(),
+        ) {
+            (Some(i), d) => Ok(Some(CheckpointPolicy {
+                interval_s: ctx.whole_secs("checkpoint_interval_s", i)?,
+                duration_s: match d {
+                    Some(d) => ctx.whole_secs("checkpoint_duration_s", d)?,
+                    None => NATIVE_DEFAULT_CHECKPOINT_DURATION_S,
+                },
+            })),
+            (None, Some(_)) => Err(ctx.invalid(
+                "checkpoint_duration_s",
+                "given without checkpoint_interval_s",
+            )),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// A job row's links to other rows: its id, what it runs after, and
+    /// its array.
+    fn links(self, ctx: &RowCtx<'_>) -> Result<Links, WorkloadError> {
         let array_max_running = match self.array_max_running.as_deref() {
             Some(_) if self.array.is_none() => {
                 return Err(ctx.invalid("array_max_running", "given without array"))
@@ -722,19 +775,13 @@ impl NativeRow {
             },
             None => None,
         };
-        let links = Links {
-            id: self.id,
+        Ok(Links {
             after_ok: id_list(ctx, "after_ok", self.after_ok.as_deref())?,
             after: id_list(ctx, "after", self.after.as_deref())?,
+            id: self.id,
             array: self.array,
             array_max_running,
-        };
-        let kind = if fails {
-            WorkloadKind::SubmitFailing { spec, duration_s }
-        } else {
-            WorkloadKind::Submit { spec, duration_s }
-        };
-        Ok((WorkloadItem { at, kind }, links))
+        })
     }
 }
 
