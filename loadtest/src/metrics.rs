@@ -74,12 +74,9 @@ pub struct JobLatency {
 /// Everything read back from the log.
 #[derive(Clone, Debug, Default)]
 pub struct LogFacts {
-    /// Events per kind.
-    pub kinds: BTreeMap<String, u64>,
-    /// Events per kind and second since the origin.
-    pub per_second: BTreeMap<String, BTreeMap<i64, u64>>,
     /// Events per kind and tick (`TICK_S`) since the origin: rates over a
     /// window are counted to a tick, not to the whole seconds it touches.
+    /// Counts per kind and per second are folded from it.
     pub per_tick: BTreeMap<String, BTreeMap<i64, u64>>,
     /// Every job.
     pub jobs: Vec<JobLatency>,
@@ -232,33 +229,40 @@ impl LogFacts {
 
     /// Counts `n` events of `kind` recorded in `tick`.
     pub fn record(&mut self, kind: &str, tick: i64, n: u64) {
-        let second = tick.div_euclid(TICKS_PER_S);
-        *self.kinds.entry(kind.to_owned()).or_default() += n;
         *self
             .per_tick
             .entry(kind.to_owned())
             .or_default()
             .entry(tick)
             .or_default() += n;
-        *self
-            .per_second
-            .entry(kind.to_owned())
-            .or_default()
-            .entry(second)
-            .or_default() += n;
+    }
+
+    /// Events of `kind` in the whole log.
+    pub fn count(&self, kind: &str) -> u64 {
+        self.per_tick.get(kind).map_or(0, |m| m.values().sum())
+    }
+
+    /// Events per kind in the whole log.
+    pub fn kinds(&self) -> BTreeMap<String, u64> {
+        self.per_tick
+            .keys()
+            .map(|k| (k.clone(), self.count(k)))
+            .collect()
     }
 
     /// Count of `kind` per second.
     pub fn series(&self, kind: &str) -> BTreeMap<i64, u64> {
-        self.per_second.get(kind).cloned().unwrap_or_default()
+        self.per_tick
+            .get(kind)
+            .map_or_else(BTreeMap::new, per_second)
     }
 
     /// All events per second.
     pub fn events_series(&self) -> BTreeMap<i64, u64> {
         let mut out = BTreeMap::new();
-        for m in self.per_second.values() {
-            for (s, n) in m {
-                *out.entry(*s).or_default() += n;
+        for m in self.per_tick.values() {
+            for (s, n) in per_second(m) {
+                *out.entry(s).or_default() += n;
             }
         }
         out
@@ -312,6 +316,15 @@ impl LogFacts {
     }
 }
 
+/// Per-tick counts folded into whole seconds since the origin.
+fn per_second(ticks: &BTreeMap<i64, u64>) -> BTreeMap<i64, u64> {
+    let mut out = BTreeMap::new();
+    for (t, n) in ticks {
+        *out.entry(t.div_euclid(TICKS_PER_S)).or_default() += n;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +351,19 @@ mod tests {
         assert_eq!(f.count_between(None, 1.2, 1.5), 13);
         assert_eq!(f.count_between(Some("job_bound"), 0.0, 2.89), 8);
         assert_eq!(f.count_between(None, 0.0, 2.9), 30);
+        // Per kind and per second, folded from the ticks.
+        assert_eq!(
+            (f.count("job_submitted"), f.count("job_bound"), f.count("x")),
+            (15, 15, 0)
+        );
+        assert_eq!(f.kinds().into_values().collect::<Vec<_>>(), [15, 15]);
+        assert_eq!(
+            f.series("job_bound").into_iter().collect::<Vec<_>>(),
+            [(1, 8), (2, 7)]
+        );
+        assert_eq!(
+            f.events_series().into_iter().collect::<Vec<_>>(),
+            [(0, 10), (1, 13), (2, 7)]
+        );
     }
 }

@@ -303,7 +303,7 @@ impl Report {
                 .collect(),
         );
         series.insert("p99_submit_to_bound_ms".into(), f.p99_by_bound_second());
-        for kind in f.per_second.keys() {
+        for kind in f.per_tick.keys() {
             series.insert(format!("log_{kind}_per_s"), to_f(f.series(kind)));
         }
         // Each service's fold position and appends over time (quarter
@@ -357,7 +357,7 @@ impl Report {
             ceiling_ratio: o.ceiling.map(|c| events_per_s / c.max(1e-9)),
             nats_messages,
             nats_messages_per_s,
-            kinds: f.kinds.clone(),
+            kinds: f.kinds(),
             services,
             reclaim,
             goodput: f.fold.goodput.clone(),

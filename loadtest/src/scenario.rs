@@ -193,17 +193,18 @@ pub async fn run(args: Args) -> Result<bool> {
         .with_context(|| format!("--out {}: cannot create", args.out.display()))?;
     let cluster_file = args.out.join("cluster.toml");
     plan.shape.write(&cluster_file)?;
-    let bin_dir = stack::service_binaries(args.bin_dir.as_deref())?;
+    let bin_dir = crate::infra::service_binaries(args.bin_dir.as_deref())?;
     let token = uuid::Uuid::new_v4().simple().to_string();
     let opts = StackOptions {
         admin_url: args.database_url.clone(),
         nats_url: args.nats_url.clone(),
-        cluster_file,
+        cluster_file: Some(cluster_file),
         time_scale: plan.time_scale,
         lease_ttl_s: args.lease_ttl_s,
         logs: args.out.join("logs"),
         token: token.clone(),
         keep_log: args.keep_log,
+        label: "loadtest".into(),
     };
     eprintln!(
         "loadtest {:?}: {} nodes x {} GPUs, {} jobs planned; {}",
@@ -245,8 +246,8 @@ pub async fn run(args: Args) -> Result<bool> {
 /// Every planned job was accepted, bound and finished, and nothing is missing.
 fn smoke_check(plan: &Plan, o: &Outcome, f: &LogFacts) -> bool {
     let n = plan.jobs.len() as u64;
-    let submitted = f.kinds.get("job_submitted").copied().unwrap_or(0);
-    let rejected = f.kinds.get("job_rejected").copied().unwrap_or(0);
+    let submitted = f.count("job_submitted");
+    let rejected = f.count("job_rejected");
     let unbound = f.jobs.iter().filter(|j| j.bound_s.is_none()).count();
     let mut ok = true;
     let mut check = |cond: bool, what: String| {
