@@ -101,7 +101,7 @@ async fn wait_ended(stack: &Stack, n: usize) -> Status {
         assert!(
             Instant::now() < deadline,
             "jobs did not all end: {s:?}; logs in {}",
-            stack.logs().display()
+            stack.opts.logs.display()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -118,7 +118,7 @@ async fn wait_ended(stack: &Stack, n: usize) -> Status {
 /// second `JobFinished` may appear: one the fold refuses must follow an
 /// event of another writer that ended the same run.
 async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
-    let events = stack.db.store.read_from(0, 10_000_000).await.unwrap();
+    let events = stack.store.read_from(0, 10_000_000).await.unwrap();
     let mut submitted: HashMap<u64, u32> = HashMap::new();
     let mut finished: HashMap<u64, u32> = HashMap::new();
     // The event that last ended or restarted each job's run.
@@ -160,7 +160,7 @@ async fn assert_log_consistent(stack: &Stack, live: &Status, ids: &[u64]) {
     eprintln!("{superseded_finishes} finish reports lost a race to a preemption");
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "dense log");
-    let replayed = stack.db.store.replay(Until::Seq(live.seq)).await.unwrap();
+    let replayed = stack.store.replay(Until::Seq(live.seq)).await.unwrap();
     assert_eq!(replayed.state_hash(), live.state_hash, "replay == live");
 }
 
@@ -287,8 +287,8 @@ fn dashboard_series() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_jobs_through_every_service() {
-    let mut stack = Stack::new().await;
-    stack.start_all().await;
+    let mut stack = stack::new().await;
+    stack::start_all(&mut stack).await;
     let specs = jobs(1000, 11);
     let started = Instant::now();
     let ids = submit_all(&stack.http, &specs, "clean").await;
@@ -306,28 +306,31 @@ async fn a_thousand_jobs_through_every_service() {
     // Graceful shutdown: every service exits 0 on SIGTERM.
     let instances: Vec<String> = stack.procs.iter().map(|p| p.instance.clone()).collect();
     for i in instances {
-        assert!(stack.terminate(&i), "{i} exited non-zero on SIGTERM");
+        assert!(
+            stack.terminate(&i).expect("SIGTERM"),
+            "{i} exited non-zero on SIGTERM"
+        );
     }
-    stack.teardown().await;
+    stack::teardown(stack).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_services_lose_and_duplicate_nothing() {
-    let mut stack = Stack::new().await;
-    stack.start_all().await;
+    let mut stack = stack::new().await;
+    stack::start_all(&mut stack).await;
     // A standby for quota: it waits until the active instance's lease lapses.
-    let standby = stack.start("quota");
+    let standby = stack.start("quota").expect("quota");
     let specs = jobs(1000, 12);
     let mut ids = submit_all(&stack.http, &specs[..300], "kill-a").await;
 
     // SIGKILL the active quota instance; the standby takes over.
     let (active, epoch) = stack.lease_holder("quota").await.unwrap();
     assert_ne!(active, standby, "the first instance leads");
-    stack.kill(&active);
+    stack.kill_instance(&active).expect("SIGKILL");
     // SIGKILL placement (no standby) and start it again.
     let placement = stack.lease_holder("placement").await.unwrap().0;
-    stack.kill(&placement);
-    stack.start("placement");
+    stack.kill_instance(&placement).expect("SIGKILL");
+    stack.start("placement").expect("placement");
 
     // A malformed message on an event subject does not stop any consumer.
     let client = async_nats::connect(stack::nats_url()).await.unwrap();
@@ -370,7 +373,6 @@ async fn killed_services_lose_and_duplicate_nothing() {
         epoch,
     };
     let refused = stack
-        .db
         .store
         .append(
             &[NewEvent::new(Event::JobAccepted {
@@ -383,16 +385,15 @@ async fn killed_services_lose_and_duplicate_nothing() {
         matches!(refused, Err(StoreError::StaleEpoch { .. })),
         "{refused:?}"
     );
-    stack.teardown().await;
+    stack::teardown(stack).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_relays_what_it_committed_but_never_published() {
-    let mut stack = Stack::new().await;
+    let mut stack = stack::new().await;
     // A decision the admission service committed before it crashed, never
     // published: appended under its lease, nothing on the bus.
     let lease = stack
-        .db
         .store
         .acquire_lease(
             "admission",
@@ -404,7 +405,6 @@ async fn a_service_relays_what_it_committed_but_never_published() {
         .unwrap()
         .unwrap();
     let out = stack
-        .db
         .store
         .append(
             &[NewEvent::new(Event::JobAccepted {
@@ -418,7 +418,7 @@ async fn a_service_relays_what_it_committed_but_never_published() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The next admission instance takes the lease over and relays it.
-    stack.start("admission");
+    stack.start("admission").expect("admission");
     let client = async_nats::connect(stack::nats_url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     let ns = gpusched_bus::Namespace::new(&stack.namespace).unwrap();
@@ -437,7 +437,7 @@ async fn a_service_relays_what_it_committed_but_never_published() {
     };
     assert_eq!((batch.first_seq, batch.last_seq), (1, 1));
     assert!(matches!(batch.events[..], [Event::JobAccepted { .. }]));
-    stack.teardown().await;
+    stack::teardown(stack).await;
 }
 
 #[test]

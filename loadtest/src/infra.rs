@@ -234,14 +234,24 @@ impl PrivatePostgres {
     }
 }
 
-/// Sends `kill -<sig>` to a process id; whether it was delivered.
-pub fn signal_pid(pid: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+pub use gpusched_stack::signal_pid;
+
+/// The directory of the service binaries: `hint`, or the one this
+/// executable is in (or its parent, for a test binary in `deps/`), built
+/// with cargo where one is missing.
+pub fn service_binaries(hint: Option<&Path>) -> Result<PathBuf> {
+    let dir = match hint {
+        Some(h) => h.to_path_buf(),
+        None => std::env::current_exe()
+            .context("locating the loadtest executable")?
+            .parent()
+            .map(Path::to_path_buf)
+            .context("the loadtest executable has no directory")?,
+    };
+    Ok(gpusched_stack::service_binaries(
+        &dir,
+        gpusched_stack::Build::IfMissing,
+    )?)
 }
 
 /// A private `nats-server -js` on its own port and store directory.

@@ -16,7 +16,7 @@ mod metrics;
 mod outcome;
 mod report;
 mod scenario;
-mod stack;
+use gpusched_stack as stack;
 mod workload;
 
 use std::path::PathBuf;

@@ -117,17 +117,18 @@ async fn session(
     );
     let cluster_file = args.out.join("cluster.toml");
     shape.write(&cluster_file)?;
-    let bin_dir = stack::service_binaries(args.bin_dir.as_deref())?;
+    let bin_dir = crate::infra::service_binaries(args.bin_dir.as_deref())?;
     let token = uuid::Uuid::new_v4().simple().to_string();
     let opts = StackOptions {
         admin_url: infra.pg.url(),
         nats_url: infra.nats.url(),
-        cluster_file,
+        cluster_file: Some(cluster_file),
         time_scale: plan.time_scale,
         lease_ttl_s: plan.lease_ttl_s,
         logs: args.out.join("logs"),
         token: token.clone(),
         keep_log: false,
+        label: "loadtest".into(),
     };
     let mut stack = Stack::create(opts, bin_dir).await?;
     let mut run = Run {

@@ -273,14 +273,7 @@ mod tests {
     fn the_long_form_covers_every_fault() {
         let p = plan(1, false);
         let labels: Vec<String> = p.phases.iter().map(|p| p.fault.label()).collect();
-        for s in [
-            "admission",
-            "quota",
-            "placement",
-            "preemption",
-            "agent",
-            "gateway",
-        ] {
+        for s in gpusched_stack::SERVICES {
             assert!(labels.contains(&format!("SIGKILL {s}")), "{labels:?}");
         }
         for f in [
