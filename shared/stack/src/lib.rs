@@ -561,10 +561,21 @@ impl Stack {
         out
     }
 
-    /// Any service process that exited on its own.
+    /// A service process that exited on its own, if any (marked stopped;
+    /// another one that exited too is told by the next call).
     pub fn crashed(&mut self) -> Option<String> {
-        let (service, instance, status) = self.reap().into_iter().next()?;
-        Some(format!("gpusched-{service} ({instance}) exited: {status}"))
+        for p in &mut self.procs {
+            if !p.stopped {
+                if let Ok(Some(st)) = p.child.try_wait() {
+                    p.stopped = true;
+                    return Some(format!(
+                        "gpusched-{} ({}) exited: {st}",
+                        p.service, p.instance
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// Peak memory and CPU time of every live process now.
