@@ -662,16 +662,20 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                         let used = ov.used(state, t, f);
                         if used + need <= q.nominal {
                             let draw = tenant.pool_draw(f, used + need) - tenant.pool_draw(f, used);
+                            // An over-lent pool must first be brought back to
+                            // what it holds.
+                            let over = tenant.cohort.map_or(0, |c| ov.over_lent(state, c, f));
+                            let deficit = draw.saturating_sub(lendable_left) + over;
                             return Some(Need {
                                 flavor: f,
                                 level,
                                 workers,
                                 g,
-                                quota: draw.saturating_sub(lendable_left),
+                                quota: deficit,
                                 cause: PreemptionCause::Reclaim {
                                     tenant: tenant.spec.name.clone(),
                                     flavor: state.flavor_name(f).to_string(),
-                                    quota_deficit: draw.saturating_sub(lendable_left),
+                                    quota_deficit: deficit,
                                 },
                             });
                         }

@@ -42,11 +42,19 @@ impl QuotaOverlay {
             .copied()
             .unwrap_or_else(|| state.tenant(t).used(f))
     }
-    fn pool_used(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> Gpus {
+    /// GPUs drawn from cohort `c`'s pool in `f`, counting this cycle's
+    /// admissions.
+    pub fn pool_used(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> Gpus {
         self.pool
             .get(&(c, f))
             .copied()
             .unwrap_or_else(|| state.cohort(c).used(f))
+    }
+    /// GPUs drawn from cohort `c`'s pool in `f` past what it holds, as
+    /// `Cohort::over_lent`, counting this cycle's admissions and releases.
+    pub fn over_lent(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> Gpus {
+        self.pool_used(state, c, f)
+            .saturating_sub(state.cohort(c).capacity(f))
     }
     /// Records an admission.
     pub fn charge(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, need: Gpus) {
@@ -206,12 +214,7 @@ pub fn check(
             tenant: t,
         });
     }
-    let limit = match tenant.cohort {
-        None => q.nominal,
-        Some(_) => q
-            .borrowing_limit
-            .map_or(Gpus::MAX, |b| q.nominal.saturating_add(b)),
-    };
+    let limit = tenant.limit(f);
     let new_used = used.saturating_add(need);
     if new_used > limit {
         let borrowable = limit.saturating_sub(used.max(q.nominal));
@@ -227,7 +230,7 @@ pub fn check(
         let delta = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, used);
         let pool_used = ov.pool_used(state, c, f);
         let cap = state.cohort(c).capacity(f);
-        if pool_used + delta > cap {
+        if !state.cohort(c).can_lend(f, pool_used, delta) {
             return Err(Blocked::Cohort {
                 flavor: f,
                 cohort: c,

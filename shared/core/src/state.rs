@@ -393,6 +393,24 @@ impl Tenant {
     pub fn used(&self, f: FlavorIdx) -> Gpus {
         self.usage.get(f as usize).copied().unwrap_or(0)
     }
+    /// The most GPUs it may hold in a flavor: its nominal quota alone in
+    /// no cohort, else nominal plus its borrowing limit (`Gpus::MAX`:
+    /// unlimited); 0 where it has no quota there.
+    pub fn limit(&self, f: FlavorIdx) -> Gpus {
+        let Some(q) = self.quota(f) else { return 0 };
+        match self.cohort {
+            None => q.nominal,
+            Some(_) => q
+                .borrowing_limit
+                .map_or(Gpus::MAX, |b| q.nominal.saturating_add(b)),
+        }
+    }
+    /// GPUs it holds in a flavor past [`Tenant::limit`]: quota taken back
+    /// (the tenant reconfigured) while its jobs held it. Admission never
+    /// adds to it; the jobs holding it run on.
+    pub fn over_limit(&self, f: FlavorIdx) -> Gpus {
+        self.used(f).saturating_sub(self.limit(f))
+    }
     /// GPUs of `used` drawn from the cohort's lendable pool.
     pub fn pool_draw(&self, f: FlavorIdx, used: Gpus) -> Gpus {
         used.saturating_sub(self.quota(f).map_or(0, |q| q.guaranteed()))
@@ -451,6 +469,19 @@ impl Cohort {
     /// Drawn GPUs in a flavor.
     pub fn used(&self, f: FlavorIdx) -> Gpus {
         self.pool_used.get(f as usize).copied().unwrap_or(0)
+    }
+    /// GPUs drawn in a flavor past what its members lend: quota a lender
+    /// took back (its budget renewed, its lending limit lowered) while
+    /// borrowers held it. Admission never adds to it; it shrinks as the
+    /// borrowers finish, or as a returning owner reclaims it from them.
+    pub fn over_lent(&self, f: FlavorIdx) -> Gpus {
+        self.used(f).saturating_sub(self.capacity(f))
+    }
+    /// Whether the pool, with `drawn` GPUs of flavor `f` drawn, can lend
+    /// `more`: drawing nothing is always allowed (an over-lent pool does
+    /// not hold back a member within its guaranteed part).
+    pub fn can_lend(&self, f: FlavorIdx, drawn: Gpus, more: Gpus) -> bool {
+        more == 0 || drawn.saturating_add(more) <= self.capacity(f)
     }
 }
 
@@ -1842,19 +1873,12 @@ impl State {
                 state: tenant.queue,
             });
         }
-        let q = tenant
+        tenant
             .quota(f)
             .ok_or_else(|| ApplyError::BadFlavor(flavor.to_string()))?;
         let new_used = tenant.used(f) + need;
-        let limit = q
-            .borrowing_limit
-            .map_or(u64::MAX, |b| q.nominal as u64 + b as u64);
-        let limit = if tenant.cohort.is_none() {
-            q.nominal as u64
-        } else {
-            limit
-        };
-        if new_used as u64 > limit {
+        let limit = tenant.limit(f);
+        if new_used > limit {
             return Err(ApplyError::QuotaExceeded {
                 job,
                 why: format!("tenant would use {new_used} of limit {limit}"),
@@ -1863,7 +1887,7 @@ impl State {
         if let Some(c) = tenant.cohort {
             let cohort = &self.cohorts[c as usize];
             let draw = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, tenant.used(f));
-            if cohort.used(f) + draw > cohort.capacity(f) {
+            if !cohort.can_lend(f, cohort.used(f), draw) {
                 return Err(ApplyError::QuotaExceeded {
                     job,
                     why: format!(
@@ -2812,20 +2836,9 @@ impl State {
                         self.flavor_name(f)
                     ));
                 }
-                if let Some(q) = t.quota(f) {
-                    let limit = if t.cohort.is_none() {
-                        q.nominal as u64
-                    } else {
-                        q.borrowing_limit
-                            .map_or(u64::MAX, |b| (q.nominal + b) as u64)
-                    };
-                    if used > limit {
-                        return Err(format!(
-                            "tenant {} uses {used} > limit {limit}",
-                            t.spec.name
-                        ));
-                    }
-                } else if used > 0 {
+                // Past its limit only where quota was taken back while in
+                // use (`Tenant::over_limit`); admission never goes past it.
+                if t.quota(f).is_none() && used > 0 {
                     return Err(format!("tenant {} uses an unlisted flavor", t.spec.name));
                 }
             }
@@ -2841,15 +2854,11 @@ impl State {
                         t.pool_draw(f, t.used(f)) as u64
                     })
                     .sum();
+                // Drawn past capacity only where a lender took quota back
+                // while it was lent (`Cohort::over_lent`); admission never
+                // draws past it.
                 if drawn != c.used(f) as u64 {
                     return Err(format!("cohort {} pool drifted", c.name));
-                }
-                if drawn > c.capacity(f) as u64 {
-                    return Err(format!(
-                        "cohort {} lends {drawn} > {}",
-                        c.name,
-                        c.capacity(f)
-                    ));
                 }
             }
         }

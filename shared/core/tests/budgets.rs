@@ -40,13 +40,18 @@ fn a_spends_its_day(when_spent: WhenSpent, lender: bool) -> Driver {
     if lender {
         d.tenant(tenant("l").cohort("c").quota(FLAVOR, 16));
     }
+    a_runs_two_hours_on_day_one(&mut d);
+    d
+}
+
+/// Tenant `a` runs 16 GPUs for two hours from 08:00 on day 1.
+fn a_runs_two_hours_on_day_one(d: &mut Driver) {
     d.now = Timestamp(DAY_MS + 8 * HOUR_S * 1000);
     let first = d.submit(job("a", 2, 8, "any"));
     d.run_until_quiet();
     d.start_bound();
     d.advance(2 * HOUR_S);
     d.finish(first);
-    d
 }
 
 #[test]
@@ -132,6 +137,123 @@ fn a_spent_budget_with_borrow_only_runs_on_lent_quota_and_is_reclaimed_first() {
     assert!(kinds(&events).contains(&"preemption_planned"), "{events:?}");
     let line = explain::budget_standing(&d.state, owner, d.now);
     assert!(line.is_none(), "l has no budget: {line:?}");
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}
+
+/// Tenant `a` (16 GPUs nominal, 8 of them never lent; 32 GPU-hours a day,
+/// borrow-only) spends its day on a 24-GPU cluster; then `b` (no quota of
+/// its own) borrows all 16 of a's GPUs, the 8 a never lends included.
+fn b_borrows_what_a_lends_while_spent() -> (Driver, [gpusched_model::JobId; 2]) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 3, 8, FLAVOR);
+    d.tenant(budget(
+        tenant("a")
+            .cohort("c")
+            .best_effort()
+            .quota(FLAVOR, 16)
+            .lending(8),
+        32,
+        WhenSpent::BorrowOnly,
+    ));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    a_runs_two_hours_on_day_one(&mut d);
+    let borrowed = [
+        d.submit(job("b", 1, 8, "any")),
+        d.submit(job("b", 1, 8, "any")),
+    ];
+    let events = d.run_until_quiet();
+    assert!(kinds(&events).contains(&"budget_spent"), "{events:?}");
+    d.start_bound();
+    for j in borrowed {
+        assert_eq!(d.phase(j), Phase::Running);
+    }
+    assert_eq!(d.state.cohort(0).capacity(0), 16);
+    (d, borrowed)
+}
+
+#[test]
+fn a_renewed_budget_takes_back_what_others_borrowed_and_its_owner_reclaims_it_at_once() {
+    let (mut d, borrowed) = b_borrows_what_a_lends_while_spent();
+    // The next day a's budget renews: the pool lends 8 again (a keeps 8),
+    // but b draws 16 from it. The cohort is over-lent by 8 until b's jobs
+    // end or are reclaimed; b's jobs run on.
+    d.now = Timestamp(2 * DAY_MS);
+    let events = d.run_until_quiet();
+    assert_eq!(kinds(&events), ["budget_renewed"], "{events:?}");
+    assert_eq!(d.state.cohort(0).capacity(0), 8);
+    assert_eq!(d.state.cohort(0).over_lent(0), 8);
+    d.state.check_invariants().expect("invariants");
+    // Nothing more is lent while over-lent.
+    let more = d.submit(job("b", 1, 8, "any"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(more), Phase::Queued);
+    assert!(
+        matches!(
+            explain::pending_reason(&d.state, more),
+            Some(PendingReason::CohortExhausted {
+                lendable_left: 0,
+                ..
+            })
+        ),
+        "{:?}",
+        explain::pending_reason(&d.state, more)
+    );
+    d.apply(Event::JobCancelled {
+        job: more,
+        at: d.now,
+    });
+    // a wants all 16 of its own back: 8 it keeps and 8 it lends, which
+    // the pool can give only once it is 8 under what b draws now. Room
+    // for it needs one of b's jobs gone (8 GPUs are free), quota both: one
+    // reclaim takes both, not one now and the other once it has ended.
+    let owner = d.submit(job("a", 2, 8, "any"));
+    let events = d.run_until_quiet();
+    let planned: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.kind() == "preemption_planned")
+        .collect();
+    assert_eq!(planned.len(), 1, "{events:?}");
+    let Event::PreemptionPlanned { victims, .. } = planned[0] else {
+        unreachable!()
+    };
+    let mut victims: Vec<_> = victims.iter().map(|v| v.job).collect();
+    victims.sort();
+    assert_eq!(victims, borrowed);
+    for job in borrowed {
+        d.apply(Event::JobPreempted {
+            job,
+            lost_gpu_ms: 0,
+            resume_from: None,
+            at: d.now,
+        });
+    }
+    d.run_until_quiet();
+    assert_eq!(d.phase(owner), Phase::Bound);
+    for j in borrowed {
+        assert_eq!(d.phase(j), Phase::Queued, "nothing left to lend");
+    }
+    assert_eq!(d.state.cohort(0).over_lent(0), 0);
+    assert_eq!(d.replay().state_hash(), d.state.state_hash());
+}
+
+#[test]
+fn an_over_lent_cohort_does_not_hold_back_an_owner_within_what_it_keeps() {
+    let (mut d, borrowed) = b_borrows_what_a_lends_while_spent();
+    d.now = Timestamp(2 * DAY_MS);
+    d.run_until_quiet();
+    assert_eq!(d.state.cohort(0).over_lent(0), 8);
+    // 8 GPUs of a's own, drawn from no pool, on the free node: nobody is
+    // preempted for it, and b's jobs run on.
+    let own = d.submit(job("a", 1, 8, "any"));
+    let events = d.run_until_quiet();
+    assert_eq!(d.phase(own), Phase::Bound, "{events:?}");
+    assert!(
+        !kinds(&events).contains(&"preemption_planned"),
+        "{events:?}"
+    );
+    for j in borrowed {
+        assert_eq!(d.phase(j), Phase::Running);
+    }
     assert_eq!(d.replay().state_hash(), d.state.state_hash());
 }
 

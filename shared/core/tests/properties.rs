@@ -38,6 +38,21 @@ enum Op {
     /// Tenant `{0} % tenants` gets a daily budget in its first flavor of
     /// `{1}` GPU-hours, borrow-only if `{2}` (`{1}` 0: none).
     Budget(usize, u64, bool),
+    /// Tenant `{0} % tenants`'s first quota set to `{1}` GPUs nominal,
+    /// lending at most `{2}` (`None`: all of it), as an admin might while
+    /// its jobs and its borrowers' run.
+    Requota(usize, u32, Option<u32>),
+}
+
+/// `op_gen` with tenants' quotas raised and lowered under running jobs (a
+/// separate strategy, so `op_gen`'s cases and saved seeds stay as they
+/// were).
+fn op_with_quota_changes_gen() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        12 => op_gen(),
+        2 => (any::<usize>(), 0u32..=24, proptest::option::of(0u32..=24))
+            .prop_map(|(t, n, l)| Op::Requota(t, n, l)),
+    ]
 }
 
 /// `op_gen` with budgets set, changed and dropped, and time moving on in
@@ -286,6 +301,15 @@ fn step(d: &mut Driver, tenants: usize, op: &Op) -> Option<Vec<Event>> {
             }
             d.apply(Event::TenantConfigured { spec });
         }
+        Op::Requota(sel, nominal, lending) => {
+            let t = (*sel % tenants) as u32;
+            let mut spec = d.state.tenant(t).spec.clone();
+            if let Some(q) = spec.quotas.first_mut() {
+                q.nominal = *nominal;
+                q.lending_limit = *lending;
+            }
+            d.apply(Event::TenantConfigured { spec });
+        }
         Op::HalfLife(c, h) => {
             let at = d.now;
             d.apply(Event::CohortConfigured {
@@ -387,10 +411,13 @@ fn check_replay(d: &Driver, checkpoints: &[(usize, String)]) -> Result<(), TestC
                 let c = st.cohort(c);
                 c.usage_half_life_s == spec.usage_half_life_s && c.configured_at == Some(*at)
             }),
-            // Configuring a tenant as it is.
+            // Configuring a tenant as it is, or changing only its quota
+            // settings: the hash covers usage and budgets, not quota
+            // settings (older states hash as they did); the tenants are
+            // compared whole at the end.
             Event::TenantConfigured { spec } => st
                 .tenant_idx(&spec.name)
-                .is_some_and(|t| st.tenant(t).spec == *spec),
+                .is_some_and(|t| same_but_quota_settings(&st.tenant(t).spec, spec)),
             _ => false,
         };
         if let Err(err) = st.apply(e) {
@@ -431,8 +458,22 @@ fn check_replay(d: &Driver, checkpoints: &[(usize, String)]) -> Result<(), TestC
     prop_assert_eq!(st.state_hash(), d.state.state_hash());
     prop_assert_eq!(st.applied(), d.state.applied());
     prop_assert_eq!(st.phase_counts(), d.state.phase_counts());
+    prop_assert_eq!(st.tenants(), d.state.tenants());
     prop_assert!(st.check_invariants().is_ok());
     Ok(())
+}
+
+/// Whether two tenant specs differ at most in their quotas' nominal,
+/// borrowing and lending settings.
+fn same_but_quota_settings(a: &gpusched_model::TenantSpec, b: &gpusched_model::TenantSpec) -> bool {
+    let settings_only = |s: &gpusched_model::TenantSpec| {
+        let mut s = s.clone();
+        for q in &mut s.quotas {
+            (q.nominal, q.borrowing_limit, q.lending_limit) = (0, None, None);
+        }
+        s
+    };
+    settings_only(a) == settings_only(b)
 }
 
 /// Replays `log[..cut]`, takes a snapshot there, reads it back and folds
@@ -622,6 +663,28 @@ proptest! {
             let renewed = d.log.iter().filter(|e| matches!(e, Event::BudgetRenewed { .. })).count();
             let waited = d.log.iter().filter(|e| matches!(e, Event::JobPending { reason: gpusched_events::PendingReason::BudgetSpent { .. }, .. })).count();
             eprintln!("budgets spent {spent} renewed {renewed} waits for a budget {waited}");
+        }
+    }
+
+    /// Quota taken back under running jobs: invariants and replay hold
+    /// with tenants' nominal quotas and lending limits lowered and raised
+    /// at random while their jobs and their borrowers' run. Usage past the
+    /// new quota (a tenant past its limit, a cohort lending more than its
+    /// members now lend) appears only with the change; no admission adds
+    /// to it (the driver checks this after every event and cycle).
+    #[test]
+    fn quota_changes_keep_invariants_and_replay(
+        c in suite_cluster(),
+        tenants in proptest::collection::vec(suite_tenant(), 1..=4),
+        cfg in config_gen(),
+        ops in proptest::collection::vec(op_with_quota_changes_gen(), 1..150),
+    ) {
+        let (d, checkpoints) = run(&c, &tenants, cfg, &ops);
+        check_replay(&d, &checkpoints)?;
+        assert_memo_hides_nothing(&d);
+        if std::env::var("GPUSCHED_PROP_STATS").is_ok() {
+            let changes = ops.iter().filter(|o| matches!(o, Op::Requota(..))).count();
+            eprintln!("quota changes {changes}");
         }
     }
 

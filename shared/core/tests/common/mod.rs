@@ -10,6 +10,8 @@ pub mod gen;
 use gpusched_core::cycle::CycleOutput;
 use gpusched_core::{run_cycle, ApplyError, CycleConfig, Job, Phase, ScanMemo, State};
 use gpusched_events::{Assignment, Event, Outcome};
+use std::collections::BTreeMap;
+
 use gpusched_model::{
     FlavorQuota, Gpus, JobId, JobSpec, NodeId, NodeSpec, QueueingMode, TenantSpec, Timestamp,
 };
@@ -152,8 +154,10 @@ impl Driver {
     /// event must leave the state (hash and applied count) untouched.
     pub fn try_apply(&mut self, ev: Event) -> Result<(), ApplyError> {
         let before = (self.state.state_hash(), self.state.applied());
+        let over = over_quota(&self.state);
         match self.state.apply(&ev) {
             Ok(()) => {
+                check_over_quota(&over, &self.state, std::slice::from_ref(&ev));
                 self.log.push(ev);
                 Ok(())
             }
@@ -243,8 +247,10 @@ impl Driver {
     /// Runs one cycle; checks invariants 1–3 and the scan bounds (invariant 8)
     /// and records the decisions.
     pub fn cycle(&mut self) -> CycleOutput {
+        let over = over_quota(&self.state);
         let out = run_cycle(&mut self.state, &mut self.memo, &self.cfg, self.now)
             .unwrap_or_else(|e| panic!("cycle decided something apply refuses: {e}"));
+        check_over_quota(&over, &self.state, &out.events);
         self.log.extend(out.events.iter().cloned());
         if let Err(e) = self.state.check_invariants() {
             panic!("invariant broken after a cycle: {e}");
@@ -430,5 +436,51 @@ impl Driver {
         let ev = self.run_until_quiet();
         self.start_bound();
         ev
+    }
+}
+
+/// Where usage past quota is: a tenant (past its limit) or a cohort
+/// (lending past what its members lend), by index, and the flavor.
+pub type OverAt = (&'static str, usize, gpusched_core::FlavorIdx);
+
+/// Usage past quota: tenants past their limit (`Tenant::over_limit`) and
+/// cohorts lending past what their members lend (`Cohort::over_lent`), per
+/// flavor; zeros left out.
+pub fn over_quota(s: &State) -> BTreeMap<OverAt, Gpus> {
+    let mut out = BTreeMap::new();
+    for f in 0..s.flavors().len() {
+        let f = f as gpusched_core::FlavorIdx;
+        for (i, t) in s.tenants().iter().enumerate() {
+            out.insert(("tenant", i, f), t.over_limit(f));
+        }
+        for (i, c) in s.cohorts().iter().enumerate() {
+            out.insert(("cohort", i, f), c.over_lent(f));
+        }
+    }
+    out.retain(|_, g| *g > 0);
+    out
+}
+
+/// Invariant 3 across events: usage past quota appears or grows only with
+/// an event that takes quota back (a tenant reconfigured, a budget spent
+/// or renewed); admissions and everything else never add to it.
+pub fn check_over_quota(before: &BTreeMap<OverAt, Gpus>, s: &State, events: &[Event]) {
+    let takes_back = events.iter().any(|e| {
+        matches!(
+            e,
+            Event::TenantConfigured { .. }
+                | Event::BudgetSpent { .. }
+                | Event::BudgetRenewed { .. }
+        )
+    });
+    if takes_back {
+        return;
+    }
+    for (at, &g) in &over_quota(s) {
+        let was = before.get(at).copied().unwrap_or(0);
+        assert!(
+            g <= was,
+            "{at:?}: {g} GPUs past quota, {was} before {events:?}"
+        );
     }
 }
