@@ -202,6 +202,7 @@ pub async fn get_array(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ArrayView>, ApiError> {
     let id = job_id(&path_param(id)?)?.0;
+    gw.knows_job(JobId(id)).await;
     let view = read_view(&gw.view);
     let tasks = tasks_of(view.state(), &who, id)?;
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
@@ -243,6 +244,7 @@ pub async fn cancel_array(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ArrayCancelReply>, ApiError> {
     let id = job_id(&path_param(id)?)?.0;
+    gw.knows_job(JobId(id)).await;
     let mut reply = ArrayCancelReply {
         id,
         cancelled: 0,

@@ -361,6 +361,7 @@ pub async fn get_job(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(&path_param(id)?)?;
+    gw.knows_job(id).await;
     let p = read_view(&gw.view);
     let s = p.state();
     let j = visible(s, &who, id)?;
@@ -597,6 +598,7 @@ pub async fn cancel_job(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = job_id(&path_param(id)?)?;
+    gw.knows_job(id).await;
     let (event, running) = {
         let p = read_view(&gw.view);
         let j = visible(p.state(), &who, id)?;
@@ -671,6 +673,7 @@ pub async fn job_events(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Vec<LoggedJobEvent>>, ApiError> {
     let id = job_id(&path_param(id)?)?;
+    gw.knows_job(id).await;
     visible(read_view(&gw.view).state(), &who, id)?;
     let events = gw
         .log

@@ -90,6 +90,21 @@ impl Gateway {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+
+    /// Before a read of job `id`: where the view does not hold it yet,
+    /// waits (as [`Gateway::caught_up`]) until the view has folded what the
+    /// log holds now, so that a client reads a job it has just submitted,
+    /// here or through another gateway. Only a miss asks the log; a log
+    /// that does not answer leaves the read to the view as it is.
+    pub async fn knows_job(&self, id: gpusched_model::JobId) {
+        let known = read_view(&self.view).state().job(id).is_some();
+        if known {
+            return;
+        }
+        if let Ok(head) = self.log.max_seq().await {
+            self.caught_up(head).await;
+        }
+    }
 }
 
 /// How long a gateway's writer lease lives when not told otherwise.

@@ -103,6 +103,7 @@ pub async fn job_logs(
 ) -> Result<Json<LogView>, ApiError> {
     let id = job_id(&path_param(id)?)?;
     let Query(q) = q?;
+    gw.knows_job(id).await;
     let (workers, gpus_per_worker) = {
         let view = read_view(&gw.view);
         let j = visible(view.state(), &who, id)?;

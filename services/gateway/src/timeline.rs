@@ -27,6 +27,7 @@ pub(crate) async fn job_story(
     who: &Principal,
     id: JobId,
 ) -> Result<Vec<Event>, ApiError> {
+    gw.knows_job(id).await;
     let was_victim = {
         let p = read_view(&gw.view);
         let j = visible(p.state(), who, id)?;

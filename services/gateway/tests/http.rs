@@ -1935,3 +1935,62 @@ async fn a_tenants_gpu_hour_budget_is_set_by_the_admin_and_shown_used_and_left()
     let (_, q) = api.call("GET", "/v1/queues", Some(VISION), None).await;
     assert_eq!(row(&q)["budget"]["gpu_hours"], 500, "unchanged: {q}");
 }
+
+/// A second gateway over the same log whose view hears of new events only
+/// by reading the log every 1.5 s (its bus is its own): as another replica
+/// would be where the bus is slow.
+async fn lagging_replica(api: &Api) -> Router {
+    let view: gpusched_runtime::SharedView = std::sync::Arc::new(std::sync::RwLock::new(
+        gpusched_runtime::Projection::new().counting(),
+    ));
+    let follower = std::sync::Arc::new(gpusched_runtime::FollowerHealth::default());
+    tokio::spawn(gpusched_runtime::follow(
+        api.gw.log.clone(),
+        Bus::memory(),
+        view.clone(),
+        Duration::from_millis(1_500),
+        follower.clone(),
+        gpusched_runtime::SnapshotPolicy {
+            every_events: 0,
+            load: false,
+            ..Default::default()
+        },
+        "replica".into(),
+        api.shutdown.clone(),
+    ));
+    let replica = Gateway {
+        view,
+        follower,
+        ..api.gw.clone()
+    };
+    assert!(replica.caught_up(api.gw.log.max_seq().await.unwrap()).await);
+    router(replica)
+}
+
+#[tokio::test]
+async fn a_job_just_submitted_is_found_through_a_replica_whose_view_lags() {
+    let api = api().await;
+    let replica = lagging_replica(&api).await;
+    let get = |uri: String| {
+        let replica = replica.clone();
+        async move {
+            let req = Request::builder()
+                .uri(uri)
+                .header("authorization", format!("Bearer {VISION}"))
+                .body(Body::empty())
+                .unwrap();
+            let resp = replica.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&bytes).to_string())
+        }
+    };
+    for path in ["", "/explain", "/events"] {
+        let id = api.submit_ok(VISION, job("vision", 1, 8)).await;
+        let (status, body) = get(format!("/v1/jobs/{id}{path}")).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+    // An id no one submitted is still 404, once the view has read the log.
+    let (status, body) = get("/v1/jobs/999999".into()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
