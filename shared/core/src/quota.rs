@@ -707,3 +707,40 @@ fn may_pass(
                     && ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Reverse;
+
+    fn key(borrows: bool, share: f64, tenant: TenantIdx) -> HeadKey {
+        let head = QueueKey {
+            priority: Reverse(0),
+            order: 0,
+            job: gpusched_model::JobId(1),
+        };
+        HeadKey {
+            borrows,
+            share,
+            tenant,
+            head,
+        }
+    }
+
+    #[test]
+    fn heads_are_served_within_nominal_first_then_lowest_share_then_by_index() {
+        assert_eq!(key(false, 0.5, 1), key(false, 0.5, 1));
+        assert_ne!(key(false, 0.5, 1), key(true, 0.5, 1));
+        assert_ne!(key(false, 0.5, 1), key(false, 0.25, 1));
+        assert_ne!(key(false, 0.5, 1), key(false, 0.5, 2));
+        let mut keys = [
+            key(true, 0.0, 0),
+            key(false, 0.9, 3),
+            key(false, 0.1, 2),
+            key(false, 0.1, 1),
+        ];
+        keys.sort();
+        let order: Vec<TenantIdx> = keys.iter().map(|k| k.tenant).collect();
+        assert_eq!(order, [1, 2, 3, 0]);
+    }
+}

@@ -183,3 +183,21 @@ fn a_bad_cohort_configuration_is_refused_naming_the_field() {
     }
     assert!(d.state.cohorts().is_empty());
 }
+
+#[test]
+fn shares_are_use_over_the_pool_divided_by_weight() {
+    // With a half-life of 1 h: a's decayed use is 6 GPUs (see above) of a
+    // pool of 16 that l lends: 6/16 = 0.375; b's job was only just
+    // admitted: 0. At weight 2, a's share halves.
+    let (mut d, _, _) = a_used_more_lately(HOUR_S);
+    let shares = |d: &Driver| quota::borrower_order(&d.state, 0, d.now);
+    assert_eq!(shares(&d), vec![(1, 0.0), (2, 0.0), (0, 0.375)]);
+    d.tenant(tenant("a").cohort("c").weight(2.0).quota(FLAVOR, 0));
+    assert_eq!(shares(&d), vec![(1, 0.0), (2, 0.0), (0, 0.1875)]);
+    // Without one: what each borrows now over the pool. a borrows all 16
+    // (its job ran first); b and l borrow nothing.
+    let (mut d, _, _) = a_used_more_lately(0);
+    assert_eq!(shares(&d), vec![(1, 0.0), (2, 0.0), (0, 1.0)]);
+    d.tenant(tenant("a").cohort("c").weight(2.0).quota(FLAVOR, 0));
+    assert_eq!(shares(&d), vec![(1, 0.0), (2, 0.0), (0, 0.5)]);
+}

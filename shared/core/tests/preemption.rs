@@ -1181,3 +1181,72 @@ fn a_reclaim_held_for_a_job_behind_a_starved_head_does_not_hold_the_head_forever
     d.run_until_quiet();
     assert_ne!(d.phase(small), Phase::Queued, "the small job still waits");
 }
+
+/// One 8-GPU node lent by `owner` to `borrower`, whose 1×8 job checkpoints
+/// every `interval_s` for `duration_s` (none reported complete) and has
+/// run `ran_ms` when the owner asks for its 8 GPUs back. The one victim,
+/// with the time of the plan.
+fn victim_after(interval_s: u64, duration_s: u64, ran_ms: u64) -> (Victim, Timestamp) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 1, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 8));
+    d.tenant(tenant("borrower").cohort("c").quota(FLAVOR, 0));
+    let b = d.submit(ckpt_job("borrower", 1, 8, "node", interval_s, duration_s));
+    d.settle();
+    let started = d.job(b).started_at.expect("running");
+    d.advance_to(Timestamp(started.0 + ran_ms));
+    d.submit(job("owner", 1, 8, "node"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    let (_, _, victims, at) = p[0].clone();
+    assert_eq!(victims.len(), 1);
+    assert_eq!(at, d.now);
+    (victims[0].clone(), at)
+}
+
+// Worked examples of a victim's cost (docs/architecture.md,
+// "Preemption"), with the default settings: grace 30 s, a checkpoint
+// of at most 300 s is waited for (its duration + 5 s), restart 60 s per
+// GPU, a periodic checkpoint completing within 30 s is waited for. Cost =
+// GPU-ms lost + 8 × 60 s restart.
+
+#[test]
+fn a_victim_that_can_checkpoint_in_time_loses_only_the_checkpoint_and_gets_its_duration_plus_5_s() {
+    // Ran 100 s, never saved. Stopped after the grace it loses
+    // 8 × (100 + 30) s; asked to checkpoint (60 s) it loses 8 × 60 s and
+    // gets 65 s.
+    let (v, at) = victim_after(600, 60, 100_000);
+    assert_eq!(v.expected_lost_gpu_ms, 8 * 60_000);
+    assert_eq!(v.cost, 8 * 60_000 + 8 * 60_000);
+    assert_eq!(v.deadline.millis_since(at), 65_000);
+}
+
+#[test]
+fn a_checkpoint_that_would_lose_as_much_as_stopping_is_not_waited_for() {
+    // Ran 100 s; its checkpoint takes 130 s: either way it loses
+    // 8 × 130 s, so it is stopped after the grace.
+    let (v, at) = victim_after(600, 130, 100_000);
+    assert_eq!(v.expected_lost_gpu_ms, 8 * 130_000);
+    assert_eq!(v.deadline.millis_since(at), 30_000);
+}
+
+#[test]
+fn a_victim_whose_periodic_checkpoint_ends_soon_is_stopped_just_after_it() {
+    // A 400 s checkpoint is too long to ask for; but the periodic one that
+    // began at 600 s completes at 1000 s. At 970 s that is 30 s away,
+    // within the window: it is stopped 1 s after, at 1001 s, losing only
+    // the 400 s the checkpoint ran, not 8 × (970 + 30) s.
+    let (v, at) = victim_after(600, 400, 970_000);
+    assert_eq!(v.expected_lost_gpu_ms, 8 * 400_000);
+    assert_eq!(v.deadline.millis_since(at), 31_000);
+}
+
+#[test]
+fn a_periodic_checkpoint_that_would_lose_as_much_as_asking_for_one_is_not_waited_for() {
+    // A 60 s checkpoint, asked for, loses 8 × 60 s; the periodic one that
+    // completes at 660 s (20 s after 640 s) loses the same: the victim is
+    // asked, and gets 65 s, not stopped at 661 s.
+    let (v, at) = victim_after(600, 60, 640_000);
+    assert_eq!(v.expected_lost_gpu_ms, 8 * 60_000);
+    assert_eq!(v.deadline.millis_since(at), 65_000);
+}
