@@ -35,9 +35,9 @@ use crate::quota::{self, QuotaOverlay};
 use crate::state::{Phase, State};
 use gpusched_events::{
     Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
-    RequeueReason,
+    RequeueReason, Victim,
 };
-use gpusched_model::{JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
+use gpusched_model::{Gpus, JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
 use words::{declared, duration, gpu_hours, offset, ordinal, relative, within};
 
 /// What explain is told: the moment it speaks at and the rule that decides
@@ -411,15 +411,7 @@ pub fn history_at<'a>(
                 flavor,
                 borrowed,
                 at,
-            } if *job == id => format!(
-                "{} admitted: quota charged in {flavor}{}",
-                secs(*at),
-                if *borrowed > 0 {
-                    format!(", {borrowed} GPUs borrowed from the cohort")
-                } else {
-                    ", within nominal quota".to_string()
-                }
-            ),
+            } if *job == id => admitted_line(&secs(*at), flavor, *borrowed),
             Event::ReservationMade {
                 job,
                 assignments,
@@ -432,15 +424,7 @@ pub fn history_at<'a>(
                 backfill_for,
                 at,
             } if *job == id => {
-                let why = match backfill_for {
-                    Some(o) => format!("backfilled onto nodes reserved for job {o}: it ends before that reservation starts or leaves when it does"),
-                    None => bound_why(state, id, &level, assignments),
-                };
-                format!(
-                    "{} bound to {}: {why}",
-                    secs(*at),
-                    node_list(state, assignments)
-                )
+                bound_line(state, id, &level, &secs(*at), assignments, *backfill_for)
             }
             Event::JobStarted { job, at } if *job == id => format!("{} started", secs(*at)),
             Event::PreemptionPlanned {
@@ -459,16 +443,10 @@ pub fn history_at<'a>(
                 }
             }
             Event::EvictionPlanned { cause, victims, at } => {
-                let Some(v) = victims.iter().find(|v| v.job == id) else {
-                    continue;
-                };
-                format!(
-                    "{} chosen to be evicted: {}; it is asked for a checkpoint and stops {} at the latest (expected loss {})",
-                    secs(*at),
-                    eviction_text(state, cause),
-                    relative(v.deadline, *at),
-                    gpu_hours(v.expected_lost_gpu_ms)
-                )
+                match evicted_line(state, id, &secs(*at), cause, victims, *at) {
+                    Some(line) => line,
+                    None => continue,
+                }
             }
             Event::JobPreempted {
                 job,
@@ -494,21 +472,10 @@ pub fn history_at<'a>(
                 job,
                 dependency,
                 at,
-            } if *job == id => format!(
-                "{} cancelled: job {dependency}, which it runs after (after_ok), ended {}",
-                secs(*at),
-                state
-                    .job(*dependency)
-                    .map_or("without succeeding", |d| d.phase.name())
-            ),
-            Event::JobCancelRequested { job, at } if *job == id => format!(
-                "{} cancel requested: its agent stops it{}",
-                secs(*at),
-                match state.job(id).and_then(|j| j.spec.checkpoint) {
-                    Some(_) => " after a final checkpoint",
-                    None => " (no checkpoint policy: the work since its start is lost)",
-                }
-            ),
+            } if *job == id => dependency_failed_line(state, &secs(*at), *dependency),
+            Event::JobCancelRequested { job, at } if *job == id => {
+                cancel_requested_line(state, id, &secs(*at))
+            }
             _ => continue,
         };
         out.push(line);
@@ -517,6 +484,72 @@ pub fn history_at<'a>(
     out.extend(gpu_hours_lines(&events, id, ctx.now));
     out.push(now_line(state, id, ctx, cause.as_deref()));
     out
+}
+
+/// The history's admission line: where quota was charged, and whether
+/// borrowed.
+fn admitted_line(at: &str, flavor: &str, borrowed: Gpus) -> String {
+    let how = if borrowed > 0 {
+        format!(", {borrowed} GPUs borrowed from the cohort")
+    } else {
+        ", within nominal quota".to_string()
+    };
+    format!("{at} admitted: quota charged in {flavor}{how}")
+}
+
+/// The history's binding line: the nodes, and why there.
+fn bound_line(
+    state: &State,
+    id: JobId,
+    level: &str,
+    at: &str,
+    assignments: &[Assignment],
+    backfill_for: Option<JobId>,
+) -> String {
+    let why = match backfill_for {
+        Some(o) => format!("backfilled onto nodes reserved for job {o}: it ends before that reservation starts or leaves when it does"),
+        None => bound_why(state, id, level, assignments),
+    };
+    format!("{at} bound to {}: {why}", node_list(state, assignments))
+}
+
+/// The history's line for an eviction plan that chose the job; `None`
+/// where it did not.
+fn evicted_line(
+    state: &State,
+    id: JobId,
+    at: &str,
+    cause: &EvictionCause,
+    victims: &[Victim],
+    planned_at: Timestamp,
+) -> Option<String> {
+    let v = victims.iter().find(|v| v.job == id)?;
+    Some(format!(
+        "{at} chosen to be evicted: {}; it is asked for a checkpoint and stops {} at the latest (expected loss {})",
+        eviction_text(state, cause),
+        relative(v.deadline, planned_at),
+        gpu_hours(v.expected_lost_gpu_ms)
+    ))
+}
+
+/// The history's line for a job cancelled because a job it runs after
+/// (after_ok) ended without succeeding.
+fn dependency_failed_line(state: &State, at: &str, dependency: JobId) -> String {
+    format!(
+        "{at} cancelled: job {dependency}, which it runs after (after_ok), ended {}",
+        state
+            .job(dependency)
+            .map_or("without succeeding", |d| d.phase.name())
+    )
+}
+
+/// The history's line for a cancellation asked of a running job.
+fn cancel_requested_line(state: &State, id: JobId, at: &str) -> String {
+    let how = match state.job(id).and_then(|j| j.spec.checkpoint) {
+        Some(_) => " after a final checkpoint",
+        None => " (no checkpoint policy: the work since its start is lost)",
+    };
+    format!("{at} cancel requested: its agent stops it{how}")
 }
 
 /// The history's acceptance line: into its tenant's queue, or first to

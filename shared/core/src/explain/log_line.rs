@@ -17,13 +17,52 @@ use gpusched_model::NodeId;
 /// The event in one line, with names from `before` (the state just before
 /// it was folded).
 pub fn log_line(before: &State, ev: &Event) -> String {
-    let node = |n: &NodeId| {
-        before
-            .nodes()
-            .get(n.index())
-            .map_or_else(|| n.to_string(), |x| x.spec.name.clone())
+    let line = match ev {
+        Event::TopologyConfigured { .. }
+        | Event::TenantConfigured { .. }
+        | Event::CohortConfigured { .. }
+        | Event::QueueStateSet { .. }
+        | Event::BudgetSpent { .. }
+        | Event::BudgetRenewed { .. } => settings_line(before, ev),
+        Event::NodeAdded { .. }
+        | Event::NodeCordoned { .. }
+        | Event::NodeUncordoned { .. }
+        | Event::NodeDrained { .. }
+        | Event::NodeLost { .. }
+        | Event::NodeRejoined { .. }
+        | Event::NodeEvicted { .. } => node_line(before, ev),
+        Event::PreemptionPlanned { .. }
+        | Event::EvictionPlanned { .. }
+        | Event::JobPreempted { .. }
+        | Event::JobCheckpointed { .. }
+        | Event::ReservationMade { .. } => decision_line(before, ev),
+        Event::JobSubmitted { .. }
+        | Event::JobAccepted { .. }
+        | Event::JobRejected { .. }
+        | Event::JobAdmitted { .. }
+        | Event::JobPending { .. }
+        | Event::JobBound { .. }
+        | Event::JobStarted { .. }
+        | Event::JobFinished { .. }
+        | Event::JobCancelled { .. }
+        | Event::JobCancelRequested { .. }
+        | Event::JobRequeued { .. }
+        | Event::JobDependencyFailed { .. } => job_line(before, ev),
     };
-    match ev {
+    line.unwrap_or_default()
+}
+
+/// A node's name in `before`, or its id where it has none there.
+fn node(before: &State, n: &NodeId) -> String {
+    before
+        .nodes()
+        .get(n.index())
+        .map_or_else(|| n.to_string(), |x| x.spec.name.clone())
+}
+
+/// A settings event (topology, tenant, cohort, queue, budget) in one line.
+fn settings_line(before: &State, ev: &Event) -> Option<String> {
+    let line = match ev {
         Event::TopologyConfigured { levels } => format!("topology levels {}", levels.join(" > ")),
         Event::TenantConfigured { spec } => {
             let quotas: Vec<String> = spec
@@ -52,78 +91,6 @@ pub fn log_line(before: &State, ev: &Event) -> String {
                 crate::explain::words::declared(h)
             ),
         },
-        Event::NodeAdded { spec, .. } => format!(
-            "node {} added: {} × {} at {}",
-            spec.name,
-            spec.gpus,
-            spec.flavor,
-            spec.path.join("/")
-        ),
-        Event::NodeCordoned { node: n } => format!("node {} cordoned", node(n)),
-        Event::NodeUncordoned { node: n } => format!("node {} uncordoned", node(n)),
-        Event::NodeDrained { node: n } => format!("node {} drained", node(n)),
-        Event::NodeLost { node: n, .. } => {
-            let jobs = before.nodes().get(n.index()).map_or(0, |x| x.jobs.len());
-            format!("node {} lost ({jobs} jobs on it)", node(n))
-        }
-        Event::NodeRejoined { node: n, .. } => format!("node {} rejoined, empty", node(n)),
-        Event::JobSubmitted { job, spec, .. } => format!(
-            "job {job} submitted by {}: {}×{} GPUs, {}",
-            spec.tenant, spec.workers, spec.gpus_per_worker, spec.topology
-        ),
-        Event::JobAccepted { job } => format!("job {job} accepted"),
-        Event::JobRejected { job, reason } => format!("job {job} rejected: {reason}"),
-        Event::JobAdmitted {
-            job,
-            flavor,
-            borrowed,
-            ..
-        } => match borrowed {
-            0 => format!("job {job} admitted in {flavor}"),
-            b => format!("job {job} admitted in {flavor}, borrowing {b} GPUs"),
-        },
-        Event::JobPending { job, reason, .. } => format!("job {job} waits: {reason}"),
-        Event::JobBound {
-            job,
-            assignments,
-            backfill_for,
-            ..
-        } => match backfill_for {
-            None => format!("job {job} bound to {}", node_list(before, assignments)),
-            Some(r) => format!(
-                "job {job} bound to {} as backfill for job {r}",
-                node_list(before, assignments)
-            ),
-        },
-        Event::JobStarted { job, .. } => format!("job {job} started"),
-        Event::JobFinished { job, outcome, .. } => {
-            let how = match outcome {
-                Outcome::Succeeded => "succeeded",
-                Outcome::Failed => "failed",
-                Outcome::Cancelled => "stopped (cancelled)",
-                Outcome::TimedOut => "stopped (past its max runtime)",
-            };
-            format!("job {job} {how}")
-        }
-        Event::JobCancelled { job, .. } => format!("job {job} cancelled"),
-        Event::JobCancelRequested { job, .. } => format!("job {job}: cancel requested"),
-        Event::JobRequeued {
-            job,
-            reason: RequeueReason::NodeLost { node: n },
-            lost_gpu_ms,
-            ..
-        } => format!(
-            "job {job} requeued: node {} lost, {} of work lost",
-            node(n),
-            gpu_hours(*lost_gpu_ms)
-        ),
-        Event::JobRequeued {
-            job,
-            reason: RequeueReason::QueueStopped { tenant },
-            ..
-        } => {
-            format!("job {job} back in queue {tenant}: the queue was stopped before it was placed")
-        }
         Event::QueueStateSet { tenant, state, .. } => format!("queue {tenant} set {state}"),
         Event::BudgetSpent { tenant, flavor, .. } => {
             let b = budget_of(before, tenant, flavor);
@@ -133,18 +100,45 @@ pub fn log_line(before: &State, ev: &Event) -> String {
             let b = budget_of(before, tenant, flavor);
             format!("{tenant}'s GPU-hour budget in {flavor} renewed{b}")
         }
-        Event::JobDependencyFailed {
-            job, dependency, ..
-        } => format!(
-            "job {job} cancelled: job {dependency}, which it runs after (after_ok), ended without succeeding"
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// A node's event in one line.
+fn node_line(before: &State, ev: &Event) -> Option<String> {
+    let line = match ev {
+        Event::NodeAdded { spec, .. } => format!(
+            "node {} added: {} × {} at {}",
+            spec.name,
+            spec.gpus,
+            spec.flavor,
+            spec.path.join("/")
         ),
+        Event::NodeCordoned { node: n } => format!("node {} cordoned", node(before, n)),
+        Event::NodeUncordoned { node: n } => format!("node {} uncordoned", node(before, n)),
+        Event::NodeDrained { node: n } => format!("node {} drained", node(before, n)),
+        Event::NodeLost { node: n, .. } => {
+            let jobs = before.nodes().get(n.index()).map_or(0, |x| x.jobs.len());
+            format!("node {} lost ({jobs} jobs on it)", node(before, n))
+        }
+        Event::NodeRejoined { node: n, .. } => format!("node {} rejoined, empty", node(before, n)),
         Event::NodeEvicted { node: n, .. } => {
             let jobs = before.nodes().get(n.index()).map_or(0, |x| x.jobs.len());
             format!(
                 "node {} evicted for maintenance ({jobs} jobs on it)",
-                node(n)
+                node(before, n)
             )
         }
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// A preemption, eviction or reservation decision, or what became of a
+/// victim (its checkpoint, its preemption), in one line.
+fn decision_line(before: &State, ev: &Event) -> Option<String> {
+    let line = match ev {
         Event::EvictionPlanned { cause, victims, .. } => {
             let names: Vec<String> = victims.iter().map(|v| v.job.to_string()).collect();
             let lost: u64 = victims.iter().map(|v| v.expected_lost_gpu_ms).sum();
@@ -211,7 +205,79 @@ pub fn log_line(before: &State, ev: &Event) -> String {
                 node_list(before, assignments)
             )
         }
-    }
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// A job's own step in one line.
+fn job_line(before: &State, ev: &Event) -> Option<String> {
+    let line = match ev {
+        Event::JobSubmitted { job, spec, .. } => format!(
+            "job {job} submitted by {}: {}×{} GPUs, {}",
+            spec.tenant, spec.workers, spec.gpus_per_worker, spec.topology
+        ),
+        Event::JobAccepted { job } => format!("job {job} accepted"),
+        Event::JobRejected { job, reason } => format!("job {job} rejected: {reason}"),
+        Event::JobAdmitted {
+            job,
+            flavor,
+            borrowed,
+            ..
+        } => match borrowed {
+            0 => format!("job {job} admitted in {flavor}"),
+            b => format!("job {job} admitted in {flavor}, borrowing {b} GPUs"),
+        },
+        Event::JobPending { job, reason, .. } => format!("job {job} waits: {reason}"),
+        Event::JobBound {
+            job,
+            assignments,
+            backfill_for,
+            ..
+        } => match backfill_for {
+            None => format!("job {job} bound to {}", node_list(before, assignments)),
+            Some(r) => format!(
+                "job {job} bound to {} as backfill for job {r}",
+                node_list(before, assignments)
+            ),
+        },
+        Event::JobStarted { job, .. } => format!("job {job} started"),
+        Event::JobFinished { job, outcome, .. } => {
+            let how = match outcome {
+                Outcome::Succeeded => "succeeded",
+                Outcome::Failed => "failed",
+                Outcome::Cancelled => "stopped (cancelled)",
+                Outcome::TimedOut => "stopped (past its max runtime)",
+            };
+            format!("job {job} {how}")
+        }
+        Event::JobCancelled { job, .. } => format!("job {job} cancelled"),
+        Event::JobCancelRequested { job, .. } => format!("job {job}: cancel requested"),
+        Event::JobRequeued {
+            job,
+            reason: RequeueReason::NodeLost { node: n },
+            lost_gpu_ms,
+            ..
+        } => format!(
+            "job {job} requeued: node {} lost, {} of work lost",
+            node(before, n),
+            gpu_hours(*lost_gpu_ms)
+        ),
+        Event::JobRequeued {
+            job,
+            reason: RequeueReason::QueueStopped { tenant },
+            ..
+        } => {
+            format!("job {job} back in queue {tenant}: the queue was stopped before it was placed")
+        }
+        Event::JobDependencyFailed {
+            job, dependency, ..
+        } => format!(
+            "job {job} cancelled: job {dependency}, which it runs after (after_ok), ended without succeeding"
+        ),
+        _ => return None,
+    };
+    Some(line)
 }
 
 /// A budget's terms, as `" (500 GPU-hours a month, then wait)"`, or
