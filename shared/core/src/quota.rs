@@ -302,7 +302,6 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
             }
         });
         match checked {
-            Ok(fit) if job.flavors.len() == 1 || planned.is_some() => return Ok(fit),
             Ok(fit) => fits.push((pos, fit)),
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -371,7 +370,8 @@ pub fn weighted_share(state: &State, ov: &QuotaOverlay, t: TenantIdx, now: Times
                 f64::from(ov.used(state, t, f).saturating_sub(nominal))
             }
         };
-        if cap > 0 && held > 0.0 {
+        // A flavor the cohort lends none of is no share of anything.
+        if cap > 0 {
             share = share.max(held / f64::from(cap));
         }
     }

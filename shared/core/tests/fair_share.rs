@@ -201,3 +201,16 @@ fn shares_are_use_over_the_pool_divided_by_weight() {
     d.tenant(tenant("a").cohort("c").weight(2.0).quota(FLAVOR, 0));
     assert_eq!(shares(&d), vec![(1, 0.0), (2, 0.0), (0, 0.5)]);
 }
+
+#[test]
+fn a_flavor_the_cohort_lends_none_of_counts_for_nothing_in_a_share() {
+    // a held 16 borrowed GPUs for two half-lives, then l stopped lending:
+    // the pool is empty, and a's decayed use is a share of nothing: 0, not
+    // infinite.
+    let (mut d, _, _) = a_used_more_lately(HOUR_S);
+    d.tenant(tenant("l").cohort("c").quota(FLAVOR, 16).lending(0));
+    assert_eq!(d.state.cohort(0).capacity(0), 0);
+    assert!(d.state.decayed_use(0, d.now).mean_gpus(0, HOUR_S * 1000) > 0.0);
+    let shares = quota::borrower_order(&d.state, 0, d.now);
+    assert_eq!(shares, vec![(0, 0.0), (1, 0.0), (2, 0.0)]);
+}

@@ -10,6 +10,7 @@ mod common;
 
 use common::{job, tenant, Driver};
 use gpusched_core::Phase;
+use gpusched_events::Event;
 use gpusched_model::JobId;
 
 /// A job of tenant `t`, 1 worker × `gpw` GPUs, that may use `flavors` in
@@ -51,9 +52,11 @@ fn where_both_are_alike_the_first_listed_wins() {
 
 #[test]
 fn a_flavor_with_room_now_beats_an_earlier_one_without() {
-    // Given both of a's nodes busy (t's own job there, within quota), when
-    // a job lists a before b, then it goes to b, which has room now.
+    // Given both of a's nodes busy (t's own jobs there, 16 of the 24 GPUs
+    // of a it owns), when a job lists a before b, then it goes to b, which
+    // has room now.
     let mut d = two_flavors();
+    d.tenant(tenant("t").quota("a", 24).quota("b", 16));
     let busy = may_use(&mut d, 8, &["a"]);
     let busy2 = may_use(&mut d, 8, &["a"]);
     d.run_until_quiet();
@@ -137,4 +140,26 @@ fn a_flavor_with_no_nodes_yet_is_not_one_that_could_never_hold_the_gang() {
     d.run_until_quiet();
     assert_eq!(charged_in(&d, j), "a");
     assert_eq!(d.phase(j), Phase::Admitted);
+}
+
+#[test]
+fn a_flavor_that_lost_the_nodes_that_could_hold_the_gang_goes_last() {
+    // Given t owns 16 GPUs of a (two 4-GPU nodes and one 8-GPU node) and
+    // must borrow b, a 1×8 job listing a first is accepted; when a's 8-GPU
+    // node is lost before quota is charged, then it goes to b: a can no
+    // longer hold it.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 2, 4, "a");
+    let big = d.add_node("r0", "b1", 8, "a");
+    d.add_node("r0", "b9", 8, "b");
+    d.tenant(tenant("t").cohort("c").quota("a", 16).quota("b", 0));
+    d.tenant(tenant("l").cohort("c").quota("a", 0).quota("b", 16));
+    let j = may_use(&mut d, 8, &["a", "b"]);
+    d.apply(Event::JobAccepted { job: j });
+    assert_eq!(d.job(j).flavors.len(), 2);
+    let at = d.now;
+    d.apply(Event::NodeLost { node: big, at });
+    d.run_until_quiet();
+    assert_eq!(charged_in(&d, j), "b");
+    assert_eq!(d.job(j).borrowed, 8);
 }

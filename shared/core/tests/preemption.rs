@@ -1250,3 +1250,30 @@ fn a_periodic_checkpoint_that_would_lose_as_much_as_asking_for_one_is_not_waited
     assert_eq!(v.expected_lost_gpu_ms, 8 * 60_000);
     assert_eq!(v.deadline.millis_since(at), 65_000);
 }
+
+#[test]
+fn a_reclaim_in_flight_holds_back_borrowers_not_a_tenant_within_what_it_keeps() {
+    // Given owner o lends its 8 GPUs to borrower b, and t keeps its own 8
+    // (it lends none), when o returns and b's job is chosen as the victim,
+    // then while b stops, t's job within its own quota is admitted and
+    // bound at once: the hold on freed quota is for borrowers only.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 3, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 8));
+    d.tenant(tenant("t").cohort("c").quota(FLAVOR, 8).lending(0));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    let borrowed = d.submit(job("b", 1, 8, "node"));
+    d.settle();
+    assert_eq!(d.job(borrowed).borrowed, 8);
+    d.advance(120);
+    let owner = d.submit(job("o", 1, 8, "node"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, owner);
+    assert_eq!(d.phase(borrowed), Phase::Preempting);
+    let own = d.submit(job("t", 1, 8, "node"));
+    d.run_until_quiet();
+    assert_eq!(d.phase(own), Phase::Bound);
+    assert_eq!(d.job(own).borrowed, 0);
+    assert_eq!(d.phase(owner), Phase::Queued);
+}

@@ -1113,30 +1113,36 @@ fn best_effort_stops_passing_a_head_that_waited_past_the_starvation_window() {
 #[test]
 fn a_pending_reason_is_recorded_again_when_its_kind_changes() {
     // Given t (8 GPUs nominal, may borrow 8 more) runs 8 GPUs and lender l
-    // runs its own 8, when t asks for 16 more it is past its limit
-    // (quota_exceeded); once its first job ends it is within its limit but
-    // the cohort has nothing to lend (cohort_exhausted): a second
-    // JobPending says so. The same kind again is not written twice.
+    // (16 nominal) runs 16 with a third job waiting, when t asks for 16
+    // more it is past its limit (quota_exceeded). One of l's jobs ends: t
+    // is looked at again, still past its limit, and nothing is written.
+    // Once t's first job ends it is within its limit but the cohort has
+    // nothing to lend (cohort_exhausted): a second JobPending says so.
     let mut d = Driver::default();
-    d.cluster(1, 1, 3, 8, FLAVOR);
+    d.cluster(1, 1, 4, 8, FLAVOR);
     d.tenant(tenant("t").cohort("c").quota(FLAVOR, 8).borrowing(8));
-    d.tenant(tenant("l").cohort("c").quota(FLAVOR, 8));
+    d.tenant(tenant("l").cohort("c").quota(FLAVOR, 16));
     let first = d.submit(job("t", 1, 8, "node"));
-    d.submit(job("l", 1, 8, "node"));
-    d.run_until_quiet();
-    d.start_bound();
+    let lender: Vec<JobId> = (0..3).map(|_| d.submit(job("l", 1, 8, "node"))).collect();
+    d.settle();
+    assert_eq!(d.phase(lender[2]), Phase::Queued);
     let big = d.submit(job("t", 2, 8, "any"));
-    d.run_until_quiet();
-    d.run_until_quiet();
+    d.settle();
+    let pending = |d: &Driver| -> Vec<&'static str> {
+        d.log
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobPending { job, reason, .. } if *job == big => Some(reason.kind()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(pending(&d), ["quota_exceeded"]);
+    d.finish(lender[0]);
+    d.settle();
+    assert_eq!(d.phase(lender[2]), Phase::Running);
+    assert_eq!(pending(&d), ["quota_exceeded"]);
     d.finish(first);
-    d.run_until_quiet();
-    let kinds: Vec<&str> = d
-        .log
-        .iter()
-        .filter_map(|e| match e {
-            Event::JobPending { job, reason, .. } if *job == big => Some(reason.kind()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(kinds, ["quota_exceeded", "cohort_exhausted"]);
+    d.settle();
+    assert_eq!(pending(&d), ["quota_exceeded", "cohort_exhausted"]);
 }
