@@ -1146,3 +1146,35 @@ fn a_pending_reason_is_recorded_again_when_its_kind_changes() {
     d.settle();
     assert_eq!(pending(&d), ["quota_exceeded", "cohort_exhausted"]);
 }
+
+#[test]
+fn a_best_effort_queue_with_no_room_for_one_gpu_more_is_looked_at_once_then_parked() {
+    // Given best-effort t uses all 8 GPUs of its nominal quota (in no
+    // cohort) and three jobs wait, when a cycle runs, then only the head
+    // is looked at (no job behind it could fit) and gets a reason; the
+    // next cycle skips t, as nothing changed for it. A tenant with room is
+    // admitted meanwhile, and counted.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 3, 8, FLAVOR);
+    d.tenant(tenant("t").quota(FLAVOR, 8).best_effort());
+    d.tenant(tenant("u").quota(FLAVOR, 16));
+    d.submit(job("t", 1, 8, "node"));
+    d.settle();
+    let waiting: Vec<JobId> = (0..3).map(|_| d.submit(job("t", 1, 4, "node"))).collect();
+    let other = d.submit(job("u", 1, 8, "node"));
+    let out = d.cycle();
+    assert_eq!(d.phase(other), Phase::Bound);
+    assert_eq!((out.stats.quota_heads, out.stats.admitted), (2, 1));
+    let reasons: Vec<JobId> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobPending { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, [waiting[0]]);
+    let again = d.cycle();
+    assert_eq!(again.stats.tenants_skipped, 1);
+    assert!(again.events.is_empty(), "{:?}", again.events);
+}
