@@ -88,6 +88,10 @@ impl Cand {
     }
 }
 
+/// When the running job's next periodic checkpoint completes after `now`:
+/// periodic checkpoints start at start + k·interval (k ≥ 1) and complete
+/// `duration` later. The latest one begun, k = ran / interval, may still
+/// be running; else the next one, which begins after `now`, is the one.
 fn next_checkpoint_done(job: &Job, now: Timestamp) -> Option<Timestamp> {
     let c = job.spec.checkpoint?;
     let start = job.started_at?;
@@ -95,18 +99,12 @@ fn next_checkpoint_done(job: &Job, now: Timestamp) -> Option<Timestamp> {
     if interval == 0 {
         return None;
     }
-    let ran = now.millis_since(start);
-    // Periodic checkpoints start at start + k·interval and complete `dur` later.
-    let mut k = ran / interval;
-    loop {
-        let done = start.0 + k * interval + dur;
-        if k >= 1 && done > now.0 {
-            return Some(Timestamp(done));
-        }
-        k += 1;
-        if k > ran / interval + 2 {
-            return None;
-        }
+    let k = now.millis_since(start) / interval;
+    let done = |k: u64| start.0 + k * interval + dur;
+    if k >= 1 && done(k) > now.0 {
+        Some(Timestamp(done(k)))
+    } else {
+        Some(Timestamp(done(k + 1)))
     }
 }
 

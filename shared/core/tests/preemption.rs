@@ -1187,7 +1187,17 @@ fn a_reclaim_held_for_a_job_behind_a_starved_head_does_not_hold_the_head_forever
 /// run `ran_ms` when the owner asks for its 8 GPUs back. The one victim,
 /// with the time of the plan.
 fn victim_after(interval_s: u64, duration_s: u64, ran_ms: u64) -> (Victim, Timestamp) {
-    let mut d = Driver::default();
+    victim_under(CycleConfig::default(), interval_s, duration_s, ran_ms)
+}
+
+/// `victim_after` under `cfg`.
+fn victim_under(
+    cfg: CycleConfig,
+    interval_s: u64,
+    duration_s: u64,
+    ran_ms: u64,
+) -> (Victim, Timestamp) {
+    let mut d = Driver::new(cfg);
     d.cluster(1, 1, 1, 8, FLAVOR);
     d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 8));
     d.tenant(tenant("borrower").cohort("c").quota(FLAVOR, 0));
@@ -1239,6 +1249,19 @@ fn a_victim_whose_periodic_checkpoint_ends_soon_is_stopped_just_after_it() {
     let (v, at) = victim_after(600, 400, 970_000);
     assert_eq!(v.expected_lost_gpu_ms, 8 * 400_000);
     assert_eq!(v.deadline.millis_since(at), 31_000);
+}
+
+#[test]
+fn with_a_longer_window_the_next_periodic_checkpoint_may_be_waited_for() {
+    // Checkpoints of 350 s every 400 s; at 790 s the one that began at
+    // 400 s is done, the next begins at 800 s and completes at 1150 s. With
+    // a window of 15 minutes that is near enough: it is stopped at 1151 s,
+    // losing 8 × 350 s rather than 8 × (790 + 30) s.
+    let mut cfg = CycleConfig::default();
+    cfg.preemption.wait_window_ms = 900_000;
+    let (v, at) = victim_under(cfg, 400, 350, 790_000);
+    assert_eq!(v.expected_lost_gpu_ms, 8 * 350_000);
+    assert_eq!(v.deadline.millis_since(at), 361_000);
 }
 
 #[test]
