@@ -60,9 +60,6 @@ pub struct PreemptionStats {
     pub planned: u64,
     /// Victims stopped.
     pub preempted: u64,
-    /// Running jobs chosen to be evicted (stopped queues, nodes emptied
-    /// for maintenance).
-    pub evicted: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -359,7 +356,6 @@ pub fn decide(
     // 2. Evictions: nodes emptied for maintenance, stopped queues.
     for e in evictions(state, cfg, now) {
         if let Event::EvictionPlanned { victims, .. } = &e {
-            stats.evicted += victims.len() as u64;
             for v in victims {
                 pass.take_victim(state, v.job);
             }

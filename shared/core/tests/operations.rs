@@ -374,3 +374,47 @@ fn ckpt_job_g(tenant: &str, gpus: u32) -> JobSpec {
         ..job(tenant, 1, gpus, "node")
     }
 }
+
+#[test]
+fn evictions_in_one_cycle_stay_within_max_cycle_candidates() {
+    // A node with three 1×2 jobs is evicted, and a stopped queue has three
+    // admitted jobs to send back, under a bound of 2 a cycle: two victims,
+    // then the third; two jobs sent back, then the third.
+    let mut cfg = CycleConfig::default();
+    cfg.preemption.max_cycle_candidates = 2;
+    let mut d = Driver::new(cfg);
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("a").quota(FLAVOR, 16));
+    let on_node: Vec<JobId> = (0..3).map(|_| d.submit(job("a", 1, 2, "node"))).collect();
+    d.settle();
+    let node = d.job(on_node[0]).assignments[0].node;
+    assert!(on_node
+        .iter()
+        .all(|&j| d.job(j).assignments[0].node == node));
+    let at = d.now;
+    d.apply(Event::NodeEvicted { node, at });
+    let counts =
+        |events: &[Event]| -> usize { evictions(events).iter().map(|(_, v)| v.len()).sum() };
+    assert_eq!(counts(&d.cycle().events), 2);
+    assert_eq!(counts(&d.cycle().events), 1);
+
+    // t runs 8 GPUs on the one node; three more of its jobs are admitted
+    // and wait for room when its queue is stopped.
+    let mut d = Driver::new(cfg);
+    d.cluster(1, 1, 1, 8, FLAVOR);
+    d.tenant(tenant("t").quota(FLAVOR, 32));
+    d.submit(job("t", 1, 8, "node"));
+    d.settle();
+    let waiting: Vec<JobId> = (0..3).map(|_| d.submit(job("t", 1, 8, "node"))).collect();
+    d.run_until_quiet();
+    assert!(waiting.iter().all(|&j| d.phase(j) == Phase::Admitted));
+    set_queue(&mut d, "t", QueueState::Stopped);
+    let sent_back = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::JobRequeued { .. }))
+            .count()
+    };
+    assert_eq!(sent_back(&d.cycle().events), 2);
+    assert_eq!(sent_back(&d.cycle().events), 1);
+}

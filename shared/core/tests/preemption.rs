@@ -1300,3 +1300,195 @@ fn a_reclaim_in_flight_holds_back_borrowers_not_a_tenant_within_what_it_keeps() 
     assert_eq!(d.job(own).borrowed, 0);
     assert_eq!(d.phase(owner), Phase::Queued);
 }
+
+#[test]
+fn a_victim_preempted_within_the_hour_costs_its_thrash_penalty_whichever_way_it_stops() {
+    // The borrower's job was preempted once and runs again; within the
+    // hour it is chosen again. Asked for its 60 s checkpoint, or waited for
+    // its 400 s periodic one, its cost is what it loses + 8 × 60 s restart
+    // + 8 × 600 s thrash penalty.
+    for (interval_s, duration_s, ran_ms, lost) in [
+        (600, 60, 100_000, 8 * 60_000),
+        (600, 400, 970_000, 8 * 400_000),
+    ] {
+        let mut d = Driver::default();
+        d.cluster(1, 1, 1, 8, FLAVOR);
+        d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 8));
+        d.tenant(tenant("borrower").cohort("c").quota(FLAVOR, 0));
+        let b = d.submit(ckpt_job("borrower", 1, 8, "node", interval_s, duration_s));
+        d.settle();
+        d.advance(120);
+        let first = d.submit(job("owner", 1, 8, "node"));
+        assert_eq!(plans(&d.run_until_quiet()).len(), 1);
+        let at = d.now;
+        d.apply(Event::JobPreempted {
+            job: b,
+            lost_gpu_ms: 0,
+            resume_from: None,
+            at,
+        });
+        d.settle();
+        d.finish(first);
+        d.settle();
+        let started = d.job(b).started_at.expect("running again");
+        d.advance_to(Timestamp(started.0 + ran_ms));
+        d.submit(job("owner", 1, 8, "node"));
+        let p = plans(&d.run_until_quiet());
+        assert_eq!(p.len(), 1, "{p:?}");
+        let v = &p[0].2[0];
+        assert_eq!(v.expected_lost_gpu_ms, lost);
+        assert_eq!(v.cost, lost + 8 * 60_000 + 8 * 600_000, "{v:?}");
+    }
+}
+
+/// Owner `o` lends its 16 GPUs (two 8-GPU nodes) to borrower `b`, whose
+/// two 1×8 jobs (preemptible or not) have run 2 minutes when returned.
+fn lent_twice(preemptible: bool) -> (Driver, [JobId; 2]) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 16));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    let mut spec = job("b", 1, 8, "node");
+    spec.preemptible = preemptible;
+    let b = [d.submit(spec.clone()), d.submit(spec)];
+    d.settle();
+    (d, b)
+}
+
+#[test]
+fn a_cycle_counts_what_its_preemption_stage_did() {
+    // One beneficiary, both borrowed jobs looked at, one plan; at the
+    // victims' deadline (30 s grace, no checkpoints) both stop.
+    let (mut d, _) = lent_twice(true);
+    d.advance(120);
+    d.submit(job("o", 2, 8, "any"));
+    d.cycle(); // accepted; waits for quota
+    let s = d.cycle().stats;
+    assert_eq!(
+        (
+            s.beneficiaries,
+            s.victim_candidates,
+            s.preemptions_planned,
+            s.preempted
+        ),
+        (1, 2, 1, 0)
+    );
+    d.advance(30);
+    assert_eq!(d.cycle().stats.preempted, 2);
+}
+
+#[test]
+fn a_search_that_failed_is_not_run_again_until_something_it_read_changes() {
+    // b's jobs may not be preempted: o's search fails, and the next cycle
+    // does not search again; once one of b's jobs ends it does (and needs
+    // no victim then).
+    let (mut d, b) = lent_twice(false);
+    d.advance(120);
+    let o = d.submit(job("o", 1, 8, "node"));
+    d.cycle(); // accepted; waits for quota
+    let s = d.cycle().stats;
+    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 0));
+    assert_eq!(d.cycle().stats.beneficiaries, 0);
+    d.finish(b[0]);
+    d.run_until_quiet();
+    assert_eq!(d.phase(o), Phase::Bound);
+}
+
+#[test]
+fn a_search_that_failed_for_want_of_old_enough_victims_runs_again_once_they_are() {
+    // b's jobs have run 10 s of the 60 s a victim must have run: no plan,
+    // and nothing else changes; 60 s later the same search finds them.
+    let (mut d, _) = lent_twice(true);
+    d.advance(10);
+    d.submit(job("o", 1, 8, "node"));
+    d.cycle(); // accepted; waits for quota
+    let s = d.cycle().stats;
+    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 0));
+    d.advance(60);
+    let s = d.cycle().stats;
+    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 1));
+}
+
+#[test]
+fn a_cycle_examines_at_most_max_beneficiaries() {
+    let mut cfg = CycleConfig::default();
+    cfg.preemption.max_beneficiaries = 1;
+    let mut d = Driver::new(cfg);
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 16).best_effort());
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    for _ in 0..2 {
+        d.submit(job("b", 1, 8, "node"));
+    }
+    d.settle();
+    d.advance(120);
+    for _ in 0..2 {
+        d.submit(job("o", 1, 8, "node"));
+    }
+    d.cycle(); // accepted; they wait for quota
+    let s = d.cycle().stats;
+    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 1));
+    let s = d.cycle().stats;
+    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 1));
+}
+
+#[test]
+fn a_held_queue_makes_no_room_for_its_jobs_until_released() {
+    // o's job waits for b's jobs to be old enough to be victims; meanwhile
+    // o's queue is held: once they are, no room is made for it until the
+    // queue is released.
+    let (mut d, _) = lent_twice(true);
+    d.advance(10);
+    d.submit(job("o", 1, 8, "node"));
+    assert!(plans(&d.run_until_quiet()).is_empty());
+    let at = d.now;
+    d.apply(Event::QueueStateSet {
+        tenant: "o".into(),
+        state: gpusched_events::QueueState::Held,
+        at,
+    });
+    d.advance(120);
+    assert!(plans(&d.run_until_quiet()).is_empty());
+    let at = d.now;
+    d.apply(Event::QueueStateSet {
+        tenant: "o".into(),
+        state: gpusched_events::QueueState::Open,
+        at,
+    });
+    assert_eq!(plans(&d.run_until_quiet()).len(), 1);
+}
+
+#[test]
+fn the_search_report_is_the_search_the_plan_came_from() {
+    // What incident review shows: replayed to just before the plan, the
+    // report's chosen set is the plan's victims, for o's deficit of 8.
+    let (mut d, b) = lent_twice(true);
+    d.advance(120);
+    let o = d.submit(job("o", 1, 8, "node"));
+    d.run_until_quiet();
+    let at = d
+        .log
+        .iter()
+        .position(|e| matches!(e, Event::PreemptionPlanned { .. }))
+        .expect("a plan");
+    let Event::PreemptionPlanned {
+        victims, at: when, ..
+    } = &d.log[at]
+    else {
+        unreachable!()
+    };
+    let mut before = gpusched_core::State::new();
+    for e in &d.log[..at] {
+        before.apply(e).expect("replays");
+    }
+    let r = gpusched_core::preemption::search_report(&before, &CycleConfig::default(), o, *when)
+        .expect("o waits for room");
+    assert_eq!(r.quota_deficit, 8);
+    assert_eq!(
+        r.candidates.iter().map(|c| c.job).collect::<BTreeSet<_>>(),
+        BTreeSet::from(b)
+    );
+    let chosen = &r.sets[r.chosen.expect("a set chosen")];
+    assert!(chosen.suffices);
+    assert_eq!(victim_set(&chosen.victims), victim_set(victims));
+}
