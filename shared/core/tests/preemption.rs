@@ -1492,3 +1492,83 @@ fn the_search_report_is_the_search_the_plan_came_from() {
     assert!(chosen.suffices);
     assert_eq!(victim_set(&chosen.victims), victim_set(victims));
 }
+
+#[test]
+fn an_owner_within_its_nominal_quota_reclaims_room_when_quotas_outnumber_the_nodes() {
+    // One 8-GPU node; o keeps 8 GPUs of nominal quota (it lends none), l
+    // lends its 8 and b borrows them, on the only node. o's job is within
+    // its quota: admitted, it waits for room, and b's job is preempted.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 1, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 8).lending(0));
+    d.tenant(tenant("l").cohort("c").quota(FLAVOR, 8));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    let borrowed = d.submit(job("b", 1, 8, "node"));
+    d.settle();
+    d.advance(120);
+    let own = d.submit(job("o", 1, 8, "node"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(d.phase(own), Phase::Admitted);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, own);
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([borrowed]));
+    assert!(matches!(
+        p[0].1,
+        PreemptionCause::Reclaim {
+            quota_deficit: 0,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_reclaim_takes_from_each_borrower_no_more_than_it_borrows() {
+    // o lends its 16; b keeps its own 8 (lends none) and borrows 8 more in
+    // two cheap jobs; c borrows 8 in one dear job (it has run longer,
+    // unsaved). o wants all 16 back: one of b's jobs and c's go, not both
+    // of b's, cheaper as they are: b would drop below its own quota.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 16));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 8).lending(0));
+    d.tenant(tenant("c").cohort("c").quota(FLAVOR, 0));
+    let dear = d.submit(job("c", 1, 8, "node"));
+    d.settle();
+    d.advance(600);
+    let cheap = [
+        d.submit(job("b", 1, 8, "node")),
+        d.submit(job("b", 1, 8, "node")),
+    ];
+    d.settle();
+    assert_eq!(d.job(cheap[0]).borrowed + d.job(cheap[1]).borrowed, 8);
+    d.advance(120);
+    d.submit(job("o", 2, 8, "any"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    let victims = victim_set(&p[0].2);
+    assert_eq!(victims.len(), 2, "{victims:?}");
+    assert!(victims.contains(&dear), "{victims:?}");
+}
+
+#[test]
+fn candidates_are_shared_among_the_borrowers() {
+    // max_candidates 5 over two borrowers: 2 of each looked at (5 / 2),
+    // not 5 or 10 of each.
+    let mut cfg = CycleConfig::default();
+    cfg.preemption.max_candidates = 5;
+    let mut d = Driver::new(cfg);
+    d.cluster(1, 1, 6, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 48));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    d.tenant(tenant("e").cohort("c").quota(FLAVOR, 0));
+    for t in ["b", "e"] {
+        for _ in 0..3 {
+            d.submit(job(t, 1, 8, "node"));
+        }
+    }
+    d.settle();
+    d.advance(120);
+    d.submit(job("o", 1, 8, "node"));
+    d.cycle(); // accepted; waits for quota
+    assert_eq!(d.cycle().stats.victim_candidates, 4);
+}
