@@ -1491,6 +1491,10 @@ fn the_search_report_is_the_search_the_plan_came_from() {
     let chosen = &r.sets[r.chosen.expect("a set chosen")];
     assert!(chosen.suffices);
     assert_eq!(victim_set(&chosen.victims), victim_set(victims));
+    // Room on one node is what o needs: the set is named by its node.
+    let node = d.job(victims[0].job).assignments[0].node;
+    let name = d.state.nodes()[node.index()].spec.name.clone();
+    assert_eq!(chosen.domain.as_deref(), Some(name.as_str()));
 }
 
 #[test]
@@ -1571,4 +1575,31 @@ fn candidates_are_shared_among_the_borrowers() {
     d.submit(job("o", 1, 8, "node"));
     d.cycle(); // accepted; waits for quota
     assert_eq!(d.cycle().stats.victim_candidates, 4);
+}
+
+#[test]
+fn a_gang_needing_a_whole_block_searches_the_block_of_its_cheapest_candidate_whole() {
+    // Two blocks of two 8-GPU nodes, all lent by o to b: b1 (block A, ran
+    // longest), b2 and b3 (block B), b4 (block A, ran least). o wants a
+    // whole block. With max_candidates 2 only b4 and b3, the two cheapest,
+    // are candidates; with max_sets 1 only the domain of the cheapest, b4's
+    // block A, is searched whole, which finds b1 beside it: b1 and b4 go.
+    let mut cfg = CycleConfig::default();
+    cfg.preemption.max_candidates = 2;
+    cfg.preemption.max_sets = 1;
+    let mut d = Driver::new(cfg);
+    let n = d.cluster(1, 2, 2, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 32));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    let mut b = Vec::new();
+    for node in [n[0], n[2], n[3], n[1]] {
+        b.push(d.place_manually(job("b", 1, 8, "node"), &[(node, 8)]));
+        d.advance(100);
+    }
+    assert_eq!(d.block_of(n[0]), d.block_of(n[1]));
+    d.advance(100);
+    d.submit(job("o", 2, 8, "block"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([b[0], b[3]]));
 }
