@@ -1603,3 +1603,50 @@ fn a_gang_needing_a_whole_block_searches_the_block_of_its_cheapest_candidate_who
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(victim_set(&p[0].2), BTreeSet::from([b[0], b[3]]));
 }
+
+#[test]
+fn of_two_blocks_the_cheaper_set_goes_not_the_block_of_the_cheapest_job() {
+    // o wants a whole block. Block A holds the cheapest job (run 100 s)
+    // beside the dearest (run 1000 s); block B two that ran 400 s each.
+    // A costs 8 × (100 + 1000 + 2 × 30) s, B 8 × (800 + 2 × 30) s: B goes.
+    let mut d = Driver::default();
+    let n = d.cluster(1, 2, 2, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 32));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    let dear = d.place_manually(job("b", 1, 8, "node"), &[(n[0], 8)]);
+    d.advance(600);
+    let b_block = [
+        d.place_manually(job("b", 1, 8, "node"), &[(n[2], 8)]),
+        d.place_manually(job("b", 1, 8, "node"), &[(n[3], 8)]),
+    ];
+    d.advance(300);
+    let cheapest = d.place_manually(job("b", 1, 8, "node"), &[(n[1], 8)]);
+    d.advance(100);
+    assert_eq!(d.job(dear).unsaved_ms(d.now), 1_000_000);
+    assert_eq!(d.job(cheapest).unsaved_ms(d.now), 100_000);
+    d.submit(job("o", 2, 8, "block"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from(b_block));
+}
+
+#[test]
+fn a_small_deficit_takes_the_job_that_fills_it_cheapest_not_the_cheapest_per_gpu() {
+    // o needs 8 GPUs of quota back (a node is free). b borrows in a 2×8
+    // job that ran 400 s and a 1×8 job that ran 600 s. Lost work plus
+    // restart: 16 × (430 + 60) s for the big one, 8 × (630 + 60) s for the
+    // small. Per GPU the big one is cheaper (490 s < 690 s); per GPU of
+    // the 8 o needs it is not (980 s > 690 s): the small one goes.
+    let mut d = Driver::default();
+    let n = d.cluster(1, 1, 4, 8, FLAVOR);
+    d.tenant(tenant("o").cohort("c").quota(FLAVOR, 24));
+    d.tenant(tenant("b").cohort("c").quota(FLAVOR, 0));
+    let small = d.place_manually(job("b", 1, 8, "node"), &[(n[0], 8)]);
+    d.advance(200);
+    let big = d.place_manually(job("b", 2, 8, "any"), &[(n[1], 8), (n[2], 8)]);
+    d.advance(400);
+    d.submit(job("o", 1, 8, "node"));
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from([small]), "not {big}");
+}
