@@ -1937,7 +1937,7 @@ async fn a_tenants_gpu_hour_budget_is_set_by_the_admin_and_shown_used_and_left()
 }
 
 /// A second gateway over the same log whose view hears of new events only
-/// by reading the log every 1.5 s (its bus is its own): as another replica
+/// by reading the log every second (its bus is its own): as another replica
 /// would be where the bus is slow.
 async fn lagging_replica(api: &Api) -> Router {
     let view: gpusched_runtime::SharedView = std::sync::Arc::new(std::sync::RwLock::new(
@@ -1948,7 +1948,7 @@ async fn lagging_replica(api: &Api) -> Router {
         api.gw.log.clone(),
         Bus::memory(),
         view.clone(),
-        Duration::from_millis(1_500),
+        Duration::from_millis(1_000),
         follower.clone(),
         gpusched_runtime::SnapshotPolicy {
             every_events: 0,
