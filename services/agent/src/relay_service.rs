@@ -143,10 +143,7 @@ impl Decider for RelayDecider {
         Producer::Agent
     }
 
-    fn observe(&mut self, state: &State, _seq: u64, event: &Event, applied: bool) {
-        if !applied {
-            return;
-        }
+    fn observe(&mut self, state: &State, event: &Event) {
         match event {
             Event::PreemptionPlanned { victims, .. } => {
                 for v in victims {
@@ -298,8 +295,9 @@ mod tests {
         let (mut observed, _rx) = relay();
         let mut replay = State::new();
         for e in &events {
-            let ok = replay.apply(e).is_ok();
-            observed.observe(&replay, 0, e, ok);
+            if replay.apply(e).is_ok() {
+                observed.observe(&replay, e);
+            }
         }
         let (mut resumed, _rx) = relay();
         resumed.resume(&state);

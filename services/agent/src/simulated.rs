@@ -206,10 +206,7 @@ impl Decider for SimulatedAgent {
         Producer::Agent
     }
 
-    fn observe(&mut self, state: &State, _seq: u64, event: &Event, applied: bool) {
-        if !applied {
-            return;
-        }
+    fn observe(&mut self, state: &State, event: &Event) {
         match event {
             Event::JobBound { job, .. } => self.to_start.push(*job),
             Event::JobStarted { job, at } => self.on_started(state, *job, *at),
@@ -374,8 +371,9 @@ pub(crate) mod tests {
         let mut observed = agent();
         let mut replay = State::new();
         for e in &events {
-            let ok = replay.apply(e).is_ok();
-            observed.observe(&replay, 0, e, ok);
+            if replay.apply(e).is_ok() {
+                observed.observe(&replay, e);
+            }
         }
         let mut resumed = agent();
         resumed.resume(&state);

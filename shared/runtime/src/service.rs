@@ -41,9 +41,10 @@ pub trait Decider: Send {
     /// The producer whose event kinds this decider emits.
     fn producer(&self) -> Producer;
 
-    /// Sees every event folded into the projection (the rebuild included),
-    /// with whether `apply` took it.
-    fn observe(&mut self, _state: &State, _seq: u64, _event: &Event, _applied: bool) {}
+    /// Sees each event `apply` took as it is folded into the projection
+    /// (the rebuild included), with the state after it. An event `apply`
+    /// refused changed nothing and is not shown.
+    fn observe(&mut self, _state: &State, _event: &Event) {}
 
     /// Called once, before any `observe`, when the fold starts from a
     /// snapshot instead of the log's first event: rebuild from `state`

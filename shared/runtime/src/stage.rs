@@ -129,7 +129,9 @@ impl<D: Decider> Warm<D> {
             if e.producer() == producer {
                 *last_own = seq;
             }
-            decider.observe(s, seq, e, ok);
+            if ok {
+                decider.observe(s, e);
+            }
         };
         self.proj.catch_up(log, upto, &mut obs).await
     }
@@ -597,7 +599,9 @@ async fn rebuild<D: Decider>(
                     event: e.clone(),
                 });
             }
-            decider.observe(s, seq, e, ok);
+            if ok {
+                decider.observe(s, e);
+            }
         };
         proj.catch_up(log, SEQ_MAX, &mut obs).await?
     };
@@ -707,9 +711,11 @@ fn observer<'a, D: Decider>(
     job_traces: &'a mut JobContexts,
     decider: &'a mut D,
 ) -> impl FnMut(&State, u64, &Event, bool) + 'a {
-    move |s, seq, e, ok| {
+    move |s, _seq, e, ok| {
         job_traces.observe(e);
-        decider.observe(s, seq, e, ok)
+        if ok {
+            decider.observe(s, e);
+        }
     }
 }
 
