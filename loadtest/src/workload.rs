@@ -207,25 +207,13 @@ pub fn reclaim(
     runtime_s: u64,
 ) -> (Vec<JobSpec>, Vec<JobSpec>) {
     let job = |tenant: &str, runtime_s: u64| JobSpec {
-        tenant: tenant.to_string(),
-        priority: 0,
-        workers: 1,
-        gpus_per_worker: gpn,
-        flavors: vec![],
         topology: "node".to_string(),
-        preemptible: true,
         checkpoint: Some(CheckpointPolicy {
             interval_s: 1800,
             duration_s: RECLAIM_CHECKPOINT_S,
         }),
         max_runtime_s: Some(runtime_s),
-        command: Vec::new(),
-        env: Default::default(),
-        working_dir: None,
-        checkpoint_signal: None,
-        array: None,
-        after_ok: Vec::new(),
-        after: Vec::new(),
+        ..JobSpec::new(tenant, 1, gpn)
     };
     let fill = (0..nodes)
         .map(|_| job(RECLAIM_BORROWER, runtime_s))

@@ -15,22 +15,13 @@ use std::time::Instant;
 
 fn spec(i: u64) -> JobSpec {
     JobSpec {
-        tenant: format!("team-{}", i % 8),
-        priority: 0,
-        workers: 1,
-        gpus_per_worker: [1, 1, 2, 4, 8][(i % 5) as usize],
-        flavors: vec![],
         topology: "node".into(),
-        preemptible: true,
-        checkpoint: None,
         max_runtime_s: Some(3600),
-        command: vec![],
-        env: Default::default(),
-        working_dir: None,
-        checkpoint_signal: None,
-        array: None,
-        after_ok: Vec::new(),
-        after: Vec::new(),
+        ..JobSpec::new(
+            format!("team-{}", i % 8),
+            1,
+            [1, 1, 2, 4, 8][(i % 5) as usize],
+        )
     }
 }
 

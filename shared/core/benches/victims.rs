@@ -23,25 +23,12 @@ const NODES: u32 = 12_500;
 
 fn spec(tenant: &str, workers: u32, gpw: u32, topology: &str) -> JobSpec {
     JobSpec {
-        tenant: tenant.into(),
-        priority: 0,
-        workers,
-        gpus_per_worker: gpw,
-        flavors: vec![],
         topology: topology.into(),
-        preemptible: true,
         checkpoint: Some(CheckpointPolicy {
             interval_s: 1800,
             duration_s: 600,
         }),
-        max_runtime_s: None,
-        command: Vec::new(),
-        env: Default::default(),
-        working_dir: None,
-        checkpoint_signal: None,
-        array: None,
-        after_ok: Vec::new(),
-        after: Vec::new(),
+        ..JobSpec::new(tenant, workers, gpw)
     }
 }
 

@@ -583,22 +583,8 @@ mod tests {
 
     fn spec() -> JobSpec {
         JobSpec {
-            tenant: "a".into(),
-            priority: 0,
-            workers: 2,
-            gpus_per_worker: 4,
-            flavors: vec![],
             topology: "block".into(),
-            preemptible: true,
-            checkpoint: None,
-            max_runtime_s: None,
-            command: Vec::new(),
-            env: Default::default(),
-            working_dir: None,
-            checkpoint_signal: None,
-            array: None,
-            after_ok: Vec::new(),
-            after: Vec::new(),
+            ..JobSpec::new("a", 2, 4)
         }
     }
 

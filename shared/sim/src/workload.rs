@@ -694,13 +694,10 @@ impl NativeRow {
             return Err(ctx.invalid("duration_s", "must be more than 0 seconds"));
         }
         let spec = JobSpec {
-            tenant,
             priority: match self.priority.as_deref() {
                 Some(p) => ctx.i32("priority", p)?,
                 None => 0,
             },
-            workers,
-            gpus_per_worker,
             flavors: match self.flavors.as_deref() {
                 Some(f) => f.split(';').map(|s| s.trim().to_string()).collect(),
                 None => Vec::new(),
@@ -719,13 +716,7 @@ impl NativeRow {
                 Some(m) => Some(ctx.whole_secs("max_runtime_s", m)?),
                 None => None,
             },
-            command: Vec::new(),
-            env: Default::default(),
-            working_dir: None,
-            checkpoint_signal: None,
-            array: None,
-            after_ok: Vec::new(),
-            after: Vec::new(),
+            ..JobSpec::new(tenant, workers, gpus_per_worker)
         };
         spec.check_fields().map_err(|e| {
             // The model names the checkpoint interval `checkpoint.interval_s`;
@@ -999,22 +990,9 @@ pub fn parse_itp<R: Read>(
         let (workers, gpus_per_worker) = gang_shape(num_gpu, opts.gpus_per_node);
         let topology = if workers == 1 { LEVEL_NODE } else { "block" };
         let spec = JobSpec {
-            tenant,
-            priority: 0,
-            workers,
-            gpus_per_worker,
-            flavors: Vec::new(),
             topology: topology.to_string(),
-            preemptible: true,
             checkpoint: derived_checkpoint(duration_s),
-            max_runtime_s: None,
-            command: Vec::new(),
-            env: Default::default(),
-            working_dir: None,
-            checkpoint_signal: None,
-            array: None,
-            after_ok: Vec::new(),
-            after: Vec::new(),
+            ..JobSpec::new(tenant, workers, gpus_per_worker)
         };
         spec.check_fields()
             .map_err(|e| ctx.invalid("num_gpu", format!("derived {}", e)))?;
@@ -1142,22 +1120,12 @@ pub fn synthetic(opts: &SyntheticOptions) -> Workload {
             .clamp(SYNTH_MIN_DURATION_S, SYNTH_MAX_DURATION_S) as u64;
         let max_runtime_s = declares_max.then(|| duration_s.div_ceil(3600) * 3600 * 2);
         let spec = JobSpec {
-            tenant: tenants[tenant_ix].clone(),
             priority: if high_priority { 10 } else { 0 },
-            workers,
-            gpus_per_worker,
-            flavors: Vec::new(),
             topology: topology.to_string(),
             preemptible,
             checkpoint: derived_checkpoint(duration_s),
             max_runtime_s,
-            command: Vec::new(),
-            env: Default::default(),
-            working_dir: None,
-            checkpoint_signal: None,
-            array: None,
-            after_ok: Vec::new(),
-            after: Vec::new(),
+            ..JobSpec::new(tenants[tenant_ix].clone(), workers, gpus_per_worker)
         };
         items.push(WorkloadItem {
             at: Timestamp((t_s * 1000.0).round() as u64),

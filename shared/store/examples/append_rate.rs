@@ -45,22 +45,10 @@ async fn run(
                 let ev = NewEvent::new(Event::JobSubmitted {
                     job,
                     spec: JobSpec {
-                        tenant: "tenant-17".into(),
-                        priority: 0,
-                        workers: 4,
-                        gpus_per_worker: 8,
                         flavors: vec!["h100".into()],
                         topology: "block".into(),
-                        preemptible: true,
-                        checkpoint: None,
                         max_runtime_s: Some(86_400),
-                        command: Vec::new(),
-                        env: Default::default(),
-                        working_dir: None,
-                        checkpoint_signal: None,
-                        array: None,
-                        after_ok: Vec::new(),
-                        after: Vec::new(),
+                        ..JobSpec::new("tenant-17", 4, 8)
                     },
                     at: Timestamp(job.0 * 1000),
                 });

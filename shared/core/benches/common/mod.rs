@@ -21,22 +21,9 @@ pub fn job(i: u64, tenant: usize) -> JobSpec {
         _ => (4, 8, "block"),
     };
     JobSpec {
-        tenant: format!("team-{tenant}"),
         priority: (i % 3) as i32,
-        workers,
-        gpus_per_worker: gpw,
-        flavors: vec![],
         topology: topology.into(),
-        preemptible: true,
-        checkpoint: None,
-        max_runtime_s: None,
-        command: Vec::new(),
-        env: Default::default(),
-        working_dir: None,
-        checkpoint_signal: None,
-        array: None,
-        after_ok: Vec::new(),
-        after: Vec::new(),
+        ..JobSpec::new(format!("team-{tenant}"), workers, gpw)
     }
 }
 
