@@ -24,35 +24,28 @@ use gpusched_model::{CheckpointPolicy, CohortSpec, JobSpec, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// A scenario's cluster file, parsed (this module's tests check each).
+fn scenario_cluster(text: &str, scenario: &str) -> Cluster {
+    match Cluster::parse(text, scenario) {
+        Ok(c) => c,
+        Err(e) => unreachable!("the {scenario}'s cluster is checked by tests: {e}"),
+    }
+}
+
+/// A scenario: its cluster, and its items in time order, described.
+fn scenario(
+    cluster: Cluster,
+    mut items: Vec<WorkloadItem>,
+    description: String,
+) -> (Cluster, Workload) {
+    items.sort_by_key(|i| i.at);
+    (cluster, Workload { items, description })
+}
+
 /// The reclaim scenario's cluster: 512 H100s (2 racks × 4 blocks × 8 nodes
 /// × 8 GPUs); tenants `research` (the owner) and `batch` (the borrower),
 /// 256 GPUs nominal each, in one cohort.
-pub const RECLAIM_CLUSTER: &str = r#"
-[topology]
-levels = ["rack", "block"]
-
-[scheduler]
-max_heads = 256
-reservations = 4
-
-[[node_group]]
-flavor = "h100-80g"
-shape = [2, 4]
-nodes_per_leaf = 8
-gpus_per_node = 8
-
-[[tenant]]
-name = "research"
-cohort = "lab"
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 256 }]
-
-[[tenant]]
-name = "batch"
-cohort = "lab"
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 256 }]
-"#;
+pub const RECLAIM_CLUSTER: &str = include_str!("../scenarios/reclaim.toml");
 
 fn job(
     tenant: &str,
@@ -61,22 +54,9 @@ fn job(
     checkpoint: Option<CheckpointPolicy>,
 ) -> JobSpec {
     JobSpec {
-        tenant: tenant.into(),
-        priority: 0,
-        workers,
-        gpus_per_worker: 8,
-        flavors: vec![],
         topology: topology.into(),
-        preemptible: true,
         checkpoint,
-        max_runtime_s: None,
-        command: Vec::new(),
-        env: Default::default(),
-        working_dir: None,
-        checkpoint_signal: None,
-        array: None,
-        after_ok: Vec::new(),
-        after: Vec::new(),
+        ..JobSpec::new(tenant, workers, 8)
     }
 }
 
@@ -92,10 +72,7 @@ fn job(
 ///
 /// The seed varies checkpoint intervals and durations.
 pub fn reclaim(seed: u64) -> (Cluster, Workload) {
-    let cluster = match Cluster::parse(RECLAIM_CLUSTER, "reclaim scenario") {
-        Ok(c) => c,
-        Err(e) => unreachable!("the reclaim scenario's cluster is checked by tests: {e}"),
-    };
+    let cluster = scenario_cluster(RECLAIM_CLUSTER, "reclaim scenario");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut items = Vec::new();
     for i in 0..100u64 {
@@ -139,14 +116,13 @@ pub fn reclaim(seed: u64) -> (Cluster, Workload) {
     for _ in 0..8 {
         items.push(owner(3 * 3600 + 1800, 1, "node"));
     }
-    items.sort_by_key(|i| i.at);
-    let workload = Workload {
+    scenario(
+        cluster,
         items,
-        description: format!(
+        format!(
             "reclaim scenario (seed {seed}): batch fills the idle cluster with 100 × 1×8 GPU, 12 h jobs checkpointing every 20/30/45 min (1 in 5 never); research returns at 3 h with 8 × 1×8 and 2 × 4×8 block gangs, and 8 × 1×8 more at 3.5 h"
         ),
-    };
-    (cluster, workload)
+    )
 }
 
 /// The maintenance scenario, on the reclaim scenario's cluster.
@@ -211,14 +187,13 @@ pub fn maintenance(seed: u64) -> (Cluster, Workload) {
     items.push(queue(3 * 3600 + 1800, "research", QueueState::Open));
     items.push(queue(5 * 3600, "batch", QueueState::Stopped));
     items.push(queue(7 * 3600, "batch", QueueState::Open));
-    items.sort_by_key(|i| i.at);
-    let workload = Workload {
+    scenario(
+        cluster,
         items,
-        description: format!(
+        format!(
             "maintenance scenario (seed {seed}): batch fills the cluster with 100 × 1×8 GPU, 12 h checkpointing jobs; research submits a 1×8, 1 h job every 5 min for 10 h; research held 1 h–1.5 h, 4 nodes evicted at 2 h, research drained 3 h–3.5 h, batch stopped 5 h–7 h"
         ),
-    };
-    (cluster, workload)
+    )
 }
 
 /// Pipelines in the pipeline scenario.
@@ -371,51 +346,7 @@ pub const FAIRSHARE_HALF_LIFE_S: u64 = 2 * 3600;
 /// nodes × 8 GPUs); borrowers `small`, `medium` and `large` of weights 1,
 /// 2 and 4 with no nominal quota, and `pool`, which lends all 128 GPUs and
 /// submits nothing, in cohort `lab` with a usage half-life of 2 hours.
-pub const FAIRSHARE_CLUSTER: &str = r#"
-[topology]
-levels = ["rack", "block"]
-
-[scheduler]
-max_heads = 256
-reservations = 4
-
-[[node_group]]
-flavor = "h100-80g"
-shape = [2, 2]
-nodes_per_leaf = 4
-gpus_per_node = 8
-
-[[tenant]]
-name = "small"
-cohort = "lab"
-weight = 1.0
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 0 }]
-
-[[tenant]]
-name = "medium"
-cohort = "lab"
-weight = 2.0
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 0 }]
-
-[[tenant]]
-name = "large"
-cohort = "lab"
-weight = 4.0
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 0 }]
-
-[[tenant]]
-name = "pool"
-cohort = "lab"
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 128 }]
-
-[[cohort]]
-name = "lab"
-usage_half_life_s = 7200
-"#;
+pub const FAIRSHARE_CLUSTER: &str = include_str!("../scenarios/fairshare.toml");
 
 /// The fairshare scenario's submissions: (tenant, first at, every, jobs);
 /// seconds.
@@ -442,10 +373,7 @@ const STREAMS: [(&str, u64, u64, u64); 4] = [
 /// share borrowed now) decides each one's share. The seed varies times,
 /// sizes and durations.
 pub fn fairshare(seed: u64) -> (Cluster, Workload) {
-    let cluster = match Cluster::parse(FAIRSHARE_CLUSTER, "fairshare scenario") {
-        Ok(c) => c,
-        Err(e) => unreachable!("the fairshare scenario's cluster is checked by tests: {e}"),
-    };
+    let cluster = scenario_cluster(FAIRSHARE_CLUSTER, "fairshare scenario");
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6661_6972);
     let mut items = Vec::new();
     for (tenant, from_s, every_s, jobs) in STREAMS {
@@ -469,14 +397,13 @@ pub fn fairshare(seed: u64) -> (Cluster, Workload) {
             });
         }
     }
-    items.sort_by_key(|i| i.at);
-    let workload = Workload {
+    scenario(
+        cluster,
         items,
-        description: format!(
+        format!(
             "fairshare scenario (seed {seed}): borrowers small, medium and large (weights 1, 2, 4) on 128 GPUs lent by pool; small submits a job every 10 min (75), medium every 5 min (140), large 40 every 3 min from t=0 and 80 more from 20 h; 1×8 or 2×8 jobs of 30–150 min"
         ),
-    };
-    (cluster, workload)
+    )
 }
 
 /// The budget scenario's daily budgets, GPU-hours (each of `capped` and
@@ -488,38 +415,7 @@ pub const BUDGET_GPU_HOURS: u64 = 160;
 /// `capped` (16 nominal, 160 GPU-hours a day; when spent, its jobs wait)
 /// and `flex` (16 nominal, 160 GPU-hours a day; when spent, its jobs run
 /// only on quota the cohort lends).
-pub const BUDGET_CLUSTER: &str = r#"
-[topology]
-levels = ["rack", "block"]
-
-[scheduler]
-max_heads = 256
-reservations = 4
-
-[[node_group]]
-flavor = "h100-80g"
-shape = [1, 2]
-nodes_per_leaf = 4
-gpus_per_node = 8
-
-[[tenant]]
-name = "owner"
-cohort = "lab"
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 32 }]
-
-[[tenant]]
-name = "capped"
-cohort = "lab"
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 16, budget = { gpu_hours = 160, period = "day", when_spent = "wait" } }]
-
-[[tenant]]
-name = "flex"
-cohort = "lab"
-queueing = "best-effort-fifo"
-quotas = [{ flavor = "h100-80g", nominal = 16, budget = { gpu_hours = 160, period = "day", when_spent = "borrow-only" } }]
-"#;
+pub const BUDGET_CLUSTER: &str = include_str!("../scenarios/budget.toml");
 
 /// Days on which `capped` and `flex` submit.
 pub const BUDGET_DAYS: u64 = 3;
@@ -545,10 +441,7 @@ pub const BUDGET_OWNER_RETURNS_S: u64 = 86_400 + 14 * 3600;
 ///
 /// The seed varies times and durations.
 pub fn budget(seed: u64) -> (Cluster, Workload) {
-    let cluster = match Cluster::parse(BUDGET_CLUSTER, "budget scenario") {
-        Ok(c) => c,
-        Err(e) => unreachable!("the budget scenario's cluster is checked by tests: {e}"),
-    };
+    let cluster = scenario_cluster(BUDGET_CLUSTER, "budget scenario");
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6275_6467);
     let checkpoint = Some(CheckpointPolicy {
         interval_s: 1800,
@@ -579,14 +472,13 @@ pub fn budget(seed: u64) -> (Cluster, Workload) {
             },
         });
     }
-    items.sort_by_key(|i| i.at);
-    let workload = Workload {
+    scenario(
+        cluster,
         items,
-        description: format!(
+        format!(
             "budget scenario (seed {seed}): on 64 GPUs, capped (budget {BUDGET_GPU_HOURS} GPU-h a day, wait) submits 16 × 1×8 jobs every 15 min and flex ({BUDGET_GPU_HOURS} GPU-h a day, borrow-only) 24 every 10 min, from 08:00 on {BUDGET_DAYS} days, 60–180 min each; owner (32 nominal, no budget) returns on day 1 at 14:00 with 4 × 1×8 jobs of 4 h"
         ),
-    };
-    (cluster, workload)
+    )
 }
 
 #[cfg(test)]
