@@ -412,9 +412,10 @@ fn env_of(spec: &gpusched_model::JobSpec) -> BTreeMap<String, String> {
 }
 
 /// The newest complete checkpoint of this run the workers saw, as the log
-/// records it: progress is the work it holds (the resume point plus the
-/// run's time up to the checkpoint).
-fn newest_checkpoint(j: &Job, ranks: &BTreeMap<u32, Reported>) -> Option<(u64, String, Timestamp)> {
+/// records it (`JobCheckpointed`), if the log does not hold it yet:
+/// progress is the work it holds (the resume point plus the run's time up
+/// to the checkpoint).
+fn newest_checkpoint(j: &Job, ranks: &BTreeMap<u32, Reported>) -> Option<Event> {
     let started = j.started_at?;
     let seen = ranks
         .values()
@@ -426,7 +427,12 @@ fn newest_checkpoint(j: &Job, ranks: &BTreeMap<u32, Reported>) -> Option<(u64, S
         .last_checkpoint
         .as_ref()
         .is_none_or(|c| seen.completed_ms > c.at.0 && progress >= c.progress_ms);
-    newer.then(|| (progress, seen.uri.clone(), Timestamp(seen.completed_ms)))
+    newer.then(|| Event::JobCheckpointed {
+        job: j.id,
+        progress_ms: progress,
+        uri: seen.uri.clone(),
+        at: Timestamp(seen.completed_ms),
+    })
 }
 
 fn exits_of(ranks: &BTreeMap<u32, Reported>) -> Vec<WorkerExit> {
@@ -493,14 +499,7 @@ fn facts_of(
             }
         }
         Phase::Running => {
-            if let Some((progress_ms, uri, at)) = newest_checkpoint(j, ranks) {
-                out.push(Event::JobCheckpointed {
-                    job,
-                    progress_ms,
-                    uri,
-                    at,
-                });
-            }
+            out.extend(newest_checkpoint(j, ranks));
             if j.cancel_requested.is_some() {
                 if all_exited {
                     out.push(finished(Outcome::Cancelled, None));
@@ -521,13 +520,8 @@ fn facts_of(
             if !all_exited || stopping {
                 return;
             }
-            if let Some((progress_ms, uri, at)) = newest_checkpoint(j, ranks) {
-                out.push(Event::JobCheckpointed {
-                    job,
-                    progress_ms,
-                    uri,
-                    at,
-                });
+            if let Some(checkpointed) = newest_checkpoint(j, ranks) {
+                out.push(checkpointed);
             } else if ranks
                 .values()
                 .all(|r| matches!(r.state, WorkerState::Exited { code: Some(0), .. }))

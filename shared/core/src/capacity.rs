@@ -330,12 +330,15 @@ impl CapacityIndex {
         self.set_present(n, true);
     }
 
+    /// A node's flavor and its domains, one per level from the top.
+    fn flavor_and_domains(&self, n: NodeId) -> (FlavorIdx, Vec<DomainIdx>) {
+        let e = &self.nodes[n.index()];
+        (e.flavor, e.domains.clone())
+    }
+
     fn hist_insert(&mut self, n: NodeId, free: Gpus) {
         let node_level = self.node_level();
-        let (flavor, doms) = {
-            let e = &self.nodes[n.index()];
-            (e.flavor, e.domains.clone())
-        };
+        let (flavor, doms) = self.flavor_and_domains(n);
         for (lvl, d) in doms.into_iter().enumerate() {
             let dom = &mut self.domains[d as usize];
             grow(&mut dom.hist, free as usize + 1);
@@ -356,10 +359,7 @@ impl CapacityIndex {
 
     fn hist_remove(&mut self, n: NodeId, free: Gpus) {
         let node_level = self.node_level();
-        let (flavor, doms) = {
-            let e = &self.nodes[n.index()];
-            (e.flavor, e.domains.clone())
-        };
+        let (flavor, doms) = self.flavor_and_domains(n);
         for (lvl, d) in doms.into_iter().enumerate() {
             let dom = &mut self.domains[d as usize];
             dom.hist[free as usize] -= 1;

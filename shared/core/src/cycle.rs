@@ -57,6 +57,14 @@ pub trait StageClock {
 
 impl StageClock for () {}
 
+/// `decide`, between the clock's `begin` and `end` of `stage`.
+fn timed<T>(clock: &mut dyn StageClock, stage: Stage, decide: impl FnOnce() -> T) -> T {
+    clock.begin(stage);
+    let decided = decide();
+    clock.end(stage);
+    decided
+}
+
 /// Runs every stage once at time `now`, applying each stage's decisions
 /// before the next decides. An error means a stage decided something
 /// `apply` refuses: a bug, reported rather than applied.
@@ -78,15 +86,13 @@ pub fn run_cycle_timed(
     clock: &mut dyn StageClock,
 ) -> Result<CycleOutput, ApplyError> {
     let mut out = CycleOutput::default();
-    clock.begin(Stage::Recovery);
-    let requeues = recovery::decide(state, now);
-    clock.end(Stage::Recovery);
+    let requeues = timed(clock, Stage::Recovery, || recovery::decide(state, now));
     out.stats.requeued = requeues.len() as u64;
     apply_all(state, &requeues, &mut out.events)?;
 
-    clock.begin(Stage::Preemption);
-    let (stops, ps) = preemption::decide(state, memo, cfg, now);
-    clock.end(Stage::Preemption);
+    let (stops, ps) = timed(clock, Stage::Preemption, || {
+        preemption::decide(state, memo, cfg, now)
+    });
     out.stats.beneficiaries = ps.beneficiaries;
     out.stats.victim_sets_costed = ps.max_sets_costed;
     out.stats.victim_candidates = ps.candidates;
@@ -94,23 +100,21 @@ pub fn run_cycle_timed(
     out.stats.preempted = ps.preempted;
     apply_all(state, &stops, &mut out.events)?;
 
-    clock.begin(Stage::Admission);
-    let validations = admission::decide(state, cfg.max_validations, now);
-    clock.end(Stage::Admission);
+    let validations = timed(clock, Stage::Admission, || {
+        admission::decide(state, cfg.max_validations, now)
+    });
     out.stats.validated = validations.len() as u64;
     apply_all(state, &validations, &mut out.events)?;
 
-    clock.begin(Stage::Quota);
-    let (admissions, qs) = quota::decide(state, memo, cfg, now);
-    clock.end(Stage::Quota);
+    let (admissions, qs) = timed(clock, Stage::Quota, || quota::decide(state, memo, cfg, now));
     out.stats.quota_heads = qs.heads_examined;
     out.stats.admitted = qs.admitted;
     out.stats.tenants_skipped = qs.tenants_skipped;
     apply_all(state, &admissions, &mut out.events)?;
 
-    clock.begin(Stage::Placement);
-    let (bindings, ps) = placement::decide(state, memo, cfg, now);
-    clock.end(Stage::Placement);
+    let (bindings, ps) = timed(clock, Stage::Placement, || {
+        placement::decide(state, memo, cfg, now)
+    });
     out.stats.placement_heads = ps.heads_examined;
     out.stats.domains_probed = ps.domains_probed;
     out.stats.bound = ps.bound;
