@@ -22,6 +22,7 @@ use gpusched_bus::{async_nats, Namespace};
 use gpusched_model::JobSpec;
 use gpusched_runtime::StatsSnapshot;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
@@ -34,6 +35,26 @@ pub struct Client {
     base: String,
     auth: String,
     run: String,
+}
+
+/// `GET {base}{path}` sending `auth`, its JSON body read as `T`; an
+/// answer other than 2xx is an error naming the path.
+pub(crate) async fn get_json<T: DeserializeOwned>(
+    http: &reqwest::Client,
+    base: &str,
+    auth: &str,
+    path: &str,
+) -> Result<T> {
+    let r = http
+        .get(format!("{base}{path}"))
+        .header("Authorization", auth)
+        .send()
+        .await
+        .with_context(|| format!("GET {path}"))?;
+    if !r.status().is_success() {
+        bail!("GET {path}: {}", r.status());
+    }
+    r.json().await.with_context(|| format!("reading {path}"))
 }
 
 /// `GET /v1/status`, the parts the load test reads.
@@ -304,17 +325,7 @@ impl Client {
 
     /// The gateway's status.
     pub async fn status(&self) -> Result<Status> {
-        let r = self
-            .http
-            .get(format!("{}/v1/status", self.base))
-            .header("Authorization", &self.auth)
-            .send()
-            .await
-            .context("GET /v1/status")?;
-        if !r.status().is_success() {
-            bail!("GET /v1/status: {}", r.status());
-        }
-        r.json().await.context("reading /v1/status")
+        get_json(&self.http, &self.base, &self.auth, "/v1/status").await
     }
 
     /// Submits `jobs` with at most `in_flight` requests open. With `open_loop`

@@ -300,16 +300,7 @@ impl PrivateNats {
             .open(&self.log)
             .with_context(|| format!("opening {}", self.log.display()))?;
         let err = out.try_clone().context("nats-server log")?;
-        let child = Command::new("nats-server")
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(&self.store)
+        let child = gpusched_bus::testing::nats_server_command(self.port, &self.store)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use gpusched_model::JobSpec;
 use gpusched_runtime::wall_clock;
 use serde::{Deserialize, Serialize};
@@ -210,17 +210,7 @@ impl ApiClient {
 
     /// The gateway's status.
     pub async fn status(&self) -> Result<LiveStatus> {
-        let r = self
-            .http
-            .get(format!("{}/v1/status?hash=true", self.base))
-            .header("Authorization", &self.auth)
-            .send()
-            .await
-            .context("GET /v1/status")?;
-        if !r.status().is_success() {
-            bail!("GET /v1/status: {}", r.status());
-        }
-        r.json().await.context("reading /v1/status")
+        crate::drive::get_json(&self.http, &self.base, &self.auth, "/v1/status?hash=true").await
     }
 }
 

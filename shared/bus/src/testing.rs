@@ -2,16 +2,28 @@
 //! so fault tests never touch the shared server on 4222.
 //!
 //! Owns: [`NatsServer`], nats-server with JetStream on a free port and its
-//! own store directory. Must never: leave a process or directory behind
-//! (it is killed and removed on drop, also when a test panics).
+//! own store directory, and the command line that starts one
+//! ([`nats_server_command`], also used by the load test's servers).
+//!
+//! Must never: leave a process or directory behind (it is killed and
+//! removed on drop, also when a test panics).
 
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// A private nats-server (`-js -p <port> -sd <dir>`), killed on drop.
+/// The command that runs nats-server with JetStream on 127.0.0.1:`port`,
+/// keeping its streams in `store`.
+pub fn nats_server_command(port: u16, store: &Path) -> Command {
+    let mut c = Command::new("nats-server");
+    c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(store);
+    c
+}
+
+/// A private nats-server ([`nats_server_command`]), killed on drop.
 pub struct NatsServer {
     port: u16,
     store: PathBuf,
@@ -56,16 +68,7 @@ impl NatsServer {
     /// accepts connections.
     pub fn start(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let child = Command::new("nats-server")
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(&self.store)
+        let child = nats_server_command(self.port, &self.store)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
