@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 use utoipa::ToSchema;
 
+use crate::answers::{
+    NotAJobId, NotJson, NothingWritten, OtherTenant, SubmissionsBusy, TooLarge, Unauthorized,
+};
 use crate::jobs::{check_submission, job_id, path_param, phase_name, scoped_key, Cancellation};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -132,12 +135,9 @@ fn tasks_of<'a>(state: &'a State, who: &Principal, id: u64) -> Result<Vec<&'a Jo
         (status = 201, description = "Every task recorded in the log", body = ArrayReply),
         (status = 200, description = "The key was seen before: the array it created", body = ArrayReply),
         (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, description = "A tenant token submitting for another tenant", body = ErrorBody),
         (status = 409, description = "The key was used for a different request, or the tenant's queue is draining or stopped (`field` is `spec.tenant`)", body = ErrorBody),
-        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
-        (status = 429, description = "Too many submissions in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, OtherTenant, SubmissionsBusy, NothingWritten,
+        TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn submit_array(
     who: Principal,
@@ -193,8 +193,8 @@ async fn submit_array_traced(
 #[utoipa::path(get, path = "/v1/arrays/{id}", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Array id (its first task's job id)")),
     responses((status = 200, description = "The array", body = ArrayView),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, description = "No such array, or another tenant's", body = ErrorBody)),
+        NotAJobId,
+        Unauthorized, (status = 404, description = "No such array, or another tenant's", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_array(
     who: Principal,
@@ -234,7 +234,7 @@ pub async fn get_array(
 #[utoipa::path(delete, path = "/v1/arrays/{id}", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Array id (its first task's job id)")),
     responses((status = 200, description = "Every task cancelled, cancelling or ended", body = ArrayCancelReply),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody), (status = 401, body = ErrorBody),
+        NotAJobId, Unauthorized,
         (status = 404, description = "No such array, or another tenant's", body = ErrorBody),
         (status = 503, description = "The log is unavailable; the tasks not answered were not cancelled, send it again", body = ErrorBody)),
     security(("bearer" = [])))]

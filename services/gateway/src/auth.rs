@@ -17,6 +17,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use serde::Deserialize;
 
+use crate::answers::Unauthorized;
 use crate::{ApiError, Gateway};
 
 /// Where the API's bearer tokens come from (flags or env).
@@ -232,7 +233,7 @@ pub struct WhoAmI {
 
 /// Who the bearer token speaks for (the dashboard scopes itself by it).
 #[utoipa::path(get, path = "/v1/whoami", tag = "cluster",
-    responses((status = 200, body = WhoAmI), (status = 401, body = crate::ErrorBody)),
+    responses((status = 200, body = WhoAmI), Unauthorized),
     security(("bearer" = [])))]
 pub async fn whoami(who: Principal) -> axum::Json<WhoAmI> {
     axum::Json(match who {

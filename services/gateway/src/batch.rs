@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 use utoipa::ToSchema;
 
+use crate::answers::{NotJson, Unauthorized};
 use crate::jobs::{check_submission, scoped_key};
 use crate::{ApiError, ErrorBody, ErrorDetail, Gateway, Principal};
 
@@ -108,9 +109,9 @@ impl ItemResult {
     responses(
         (status = 200, description = "Every item's result, in order", body = BatchReply),
         (status = 400, description = "The body is not a batch: bad JSON, no `jobs`, none or more than 1000 of them", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        Unauthorized,
         (status = 413, description = "The body is over 8 MiB", body = ErrorBody),
-        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
+        NotJson,
         (status = 503, description = "The gateway's view has not read the log yet; nothing was written", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn submit_batch(

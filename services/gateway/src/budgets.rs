@@ -17,6 +17,7 @@ use axum::Json;
 use gpusched_model::{Budget, TenantSpec};
 use gpusched_runtime::read_view;
 
+use crate::answers::{NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy};
 use crate::cluster::{configure_tenant, created_or_replaced, ChangeReply};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -59,17 +60,14 @@ fn path_pair(
     request_body(content = Budget, content_type = "application/json"),
     params(("name" = String, Path, min_length = 1, description = "Tenant name"),
         ("flavor" = String, Path, min_length = 1, description = "A flavor the tenant has a quota in")),
-    responses((status = 201, description = "Set where there was none", body = ChangeReply),
+    responses(
+        (status = 201, description = "Set where there was none", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
         (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 404, description = "No such tenant, or no quota of it in the flavor", body = ErrorBody),
         (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
-        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten,
+        TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn put_budget(
     who: Principal,
@@ -101,13 +99,11 @@ pub async fn put_budget(
 #[utoipa::path(delete, path = "/v1/tenants/{name}/budgets/{flavor}", tag = "admin",
     params(("name" = String, Path, min_length = 1, description = "Tenant name"),
         ("flavor" = String, Path, min_length = 1, description = "A flavor the tenant has a quota in")),
-    responses((status = 200, description = "Removed", body = ChangeReply),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
+    responses(
+        (status = 200, description = "Removed", body = ChangeReply),
         (status = 404, description = "No such tenant, no quota of it in the flavor, or no budget there", body = ErrorBody),
         (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn delete_budget(
     who: Principal,

@@ -21,6 +21,7 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
+use crate::answers::{NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy};
 use crate::jobs::path_param;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -219,7 +220,7 @@ pub(crate) fn queue_rows(s: &State, now: Timestamp) -> Vec<QueueRow> {
 /// pending and running. The admin sees every tenant; a tenant token only
 /// its own rows.
 #[utoipa::path(get, path = "/v1/queues", tag = "cluster",
-    responses((status = 200, body = QueuesView), (status = 401, body = ErrorBody)),
+    responses((status = 200, body = QueuesView), Unauthorized),
     security(("bearer" = [])))]
 pub async fn queues(who: Principal, AxState(gw): AxState<Gateway>) -> Json<QueuesView> {
     let p = read_view(&gw.view);
@@ -272,7 +273,7 @@ pub struct NodesView {
 /// every node's capacity but only its own tenant's jobs on them (and a
 /// reservation only when it is its own job's).
 #[utoipa::path(get, path = "/v1/nodes", tag = "cluster",
-    responses((status = 200, body = NodesView), (status = 401, body = ErrorBody)),
+    responses((status = 200, body = NodesView), Unauthorized),
     security(("bearer" = [])))]
 pub async fn nodes(who: Principal, AxState(gw): AxState<Gateway>) -> Json<NodesView> {
     let p = read_view(&gw.view);
@@ -360,9 +361,27 @@ pub(crate) fn write_failed(e: crate::SubmitError) -> ApiError {
     ApiError::unavailable(e)
 }
 
+/// An admin `PUT` of a named spec (a tenant, a cohort), read: the admin's
+/// token, the name in the path, and the body as `T` (see [`named_spec`])
+/// that `check` passes; an error names the field.
+pub(crate) fn admin_put<T: serde::de::DeserializeOwned>(
+    who: &Principal,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<serde_json::Value>, JsonRejection>,
+    what: &str,
+    check: impl FnOnce(&T) -> Result<(), gpusched_model::FieldError>,
+) -> Result<(String, T), ApiError> {
+    who.require_admin()?;
+    let name = path_param(name)?;
+    let Json(v) = body?;
+    let spec: T = named_spec(v, &name, what)?;
+    check(&spec).map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    Ok((name, spec))
+}
+
 /// A `PUT` body naming what the path names: a JSON object whose `name`,
 /// when given, must match `name`; read as `T`, an error naming the field.
-pub(crate) fn named_spec<T: serde::de::DeserializeOwned>(
+fn named_spec<T: serde::de::DeserializeOwned>(
     mut v: serde_json::Value,
     name: &str,
     what: &str,
@@ -405,16 +424,13 @@ pub(crate) fn named_spec<T: serde::de::DeserializeOwned>(
 #[utoipa::path(put, path = "/v1/tenants/{name}", tag = "admin",
     request_body(content = TenantUpdate, content_type = "application/json"),
     params(("name" = String, Path, min_length = 1, description = "Tenant name")),
-    responses((status = 201, description = "Created", body = ChangeReply),
+    responses(
+        (status = 201, description = "Created", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
         (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
-        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten,
+        TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn put_tenant(
     who: Principal,
@@ -422,12 +438,7 @@ pub async fn put_tenant(
     name: Result<Path<String>, PathRejection>,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    who.require_admin()?;
-    let name = path_param(name)?;
-    let Json(v) = body?;
-    let spec: TenantSpec = named_spec(v, &name, "tenant")?;
-    spec.check_fields()
-        .map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    let (name, spec) = admin_put(&who, name, body, "tenant", TenantSpec::check_fields)?;
     let existed = read_view(&gw.view).state().tenant_idx(&name).is_some();
     let seq = configure_tenant(&gw, spec).await?;
     Ok(created_or_replaced(existed, seq, name))
@@ -526,12 +537,11 @@ async fn node_change(
 /// Cordon a node (admin): no new work is placed on it; running jobs stay.
 #[utoipa::path(post, path = "/v1/nodes/{id}/cordon", tag = "admin",
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
+    responses(
+        (status = 200, body = ChangeReply),
         (status = 404, description = "No such node", body = ErrorBody),
         (status = 409, description = "Not ready", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn cordon_node(
     who: Principal,
@@ -553,12 +563,11 @@ pub async fn cordon_node(
 /// out of service for maintenance.
 #[utoipa::path(post, path = "/v1/nodes/{id}/drain", tag = "admin",
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
+    responses(
+        (status = 200, body = ChangeReply),
         (status = 404, description = "No such node", body = ErrorBody),
         (status = 409, description = "Already drained or lost", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn drain_node(
     who: Principal,
@@ -583,12 +592,11 @@ pub async fn drain_node(
 /// uncordoned.
 #[utoipa::path(post, path = "/v1/nodes/{id}/evict", tag = "admin",
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
+    responses(
+        (status = 200, body = ChangeReply),
         (status = 404, description = "No such node", body = ErrorBody),
         (status = 409, description = "Already evicted, or lost", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn evict_node(
     who: Principal,
@@ -610,12 +618,11 @@ pub async fn evict_node(
 /// Return a cordoned, drained or evicted node to service (admin).
 #[utoipa::path(post, path = "/v1/nodes/{id}/uncordon", tag = "admin",
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses((status = 200, body = ChangeReply), (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
+    responses(
+        (status = 200, body = ChangeReply),
         (status = 404, description = "No such node", body = ErrorBody),
         (status = 409, description = "Not cordoned, drained or evicted", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn uncordon_node(
     who: Principal,
@@ -707,14 +714,12 @@ impl QueueAction {
 #[utoipa::path(post, path = "/v1/queues/{tenant}/{action}", tag = "admin",
     params(("tenant" = String, Path, min_length = 1, description = "Tenant name"),
         ("action" = QueueAction, Path, description = "hold, release, drain or stop")),
-    responses((status = 200, body = ChangeReply),
+    responses(
+        (status = 200, body = ChangeReply),
         (status = 400, description = "Not one of the four actions", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 404, description = "No such tenant", body = ErrorBody),
         (status = 409, description = "The queue is already in that state", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn change_queue(
     who: Principal,

@@ -21,8 +21,8 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
-use crate::cluster::{created_or_replaced, name_from_path, named_spec, write_failed, ChangeReply};
-use crate::jobs::path_param;
+use crate::answers::{NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy};
+use crate::cluster::{admin_put, created_or_replaced, name_from_path, write_failed, ChangeReply};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// A member of a cohort, where it stands among its borrowers.
@@ -116,7 +116,7 @@ pub fn cohorts_view(s: &State, now: Timestamp) -> CohortsView {
 /// use. The admin sees every cohort; a tenant token only its own cohort,
 /// and in it only its own row (its place among all members).
 #[utoipa::path(get, path = "/v1/cohorts", tag = "cluster",
-    responses((status = 200, body = CohortsView), (status = 401, body = ErrorBody)),
+    responses((status = 200, body = CohortsView), Unauthorized),
     security(("bearer" = [])))]
 pub async fn cohorts(who: Principal, AxState(gw): AxState<Gateway>) -> Json<CohortsView> {
     let p = read_view(&gw.view);
@@ -152,16 +152,13 @@ impl ToSchema for CohortUpdate {
 #[utoipa::path(put, path = "/v1/cohorts/{name}", tag = "admin",
     request_body(content = CohortUpdate, content_type = "application/json"),
     params(("name" = String, Path, min_length = 1, description = "Cohort name")),
-    responses((status = 201, description = "Created", body = ChangeReply),
+    responses(
+        (status = 201, description = "Created", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
         (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 404, description = "No cohort name in the path (`/v1/cohorts/`)", body = ErrorBody),
-        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, NotAdmin, WritesBusy, NothingWritten,
+        TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn put_cohort(
     who: Principal,
@@ -169,12 +166,7 @@ pub async fn put_cohort(
     name: Result<Path<String>, PathRejection>,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    who.require_admin()?;
-    let name = path_param(name)?;
-    let Json(v) = body?;
-    let spec: CohortSpec = named_spec(v, &name, "cohort")?;
-    spec.check_fields()
-        .map_err(|e| ApiError::field(&e.field, &e.rule))?;
+    let (name, spec) = admin_put(&who, name, body, "cohort", CohortSpec::check_fields)?;
     let existed = read_view(&gw.view).state().cohort_idx(&name).is_some();
     let event = Event::CohortConfigured {
         spec,

@@ -22,6 +22,7 @@ use gpusched_runtime::{read_view, Log, LoggedEvent, SharedView};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::answers::Unauthorized;
 use crate::jobs::MAX_SEQ;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -143,7 +144,7 @@ fn sse_of(e: &LoggedEvent) -> SseEvent {
         (status = 200, description = "A page (JSON), or with follow=true a text/event-stream",
             content((EventPage = "application/json"), (SseFrame = "text/event-stream"))),
         (status = 400, description = "A parameter broke a rule (named in `field`)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        Unauthorized,
         (status = 503, description = "The log is unavailable", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn events(

@@ -18,6 +18,10 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::answers::{
+    NoSuchJob, NotAJobId, NotJson, NothingWritten, OtherTenant, SubmissionsBusy, TooLarge,
+    Unauthorized, WritesBusy,
+};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// The lowercase name of a phase, as the API shows and filters it.
@@ -215,12 +219,9 @@ pub(crate) fn scoped_key(
         (status = 201, description = "Recorded in the log", body = SubmitReply),
         (status = 200, description = "The key was seen before: the job it created", body = SubmitReply),
         (status = 400, description = "A field broke a rule (named in `field`): a rule of the schema, an unknown tenant, flavor or topology level, or a gang that fits nowhere", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, description = "A tenant token submitting for another tenant", body = ErrorBody),
         (status = 409, description = "The key was used for a different job, or the tenant's queue is draining or stopped (`field` is `tenant`)", body = ErrorBody),
-        (status = 413, description = "The body is over 256 KiB", body = ErrorBody),
-        (status = 415, description = "The body is not `Content-Type: application/json`", body = ErrorBody),
-        (status = 429, description = "Too many submissions in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        Unauthorized, OtherTenant, SubmissionsBusy, NothingWritten,
+        TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn submit_job(
     who: Principal,
@@ -351,9 +352,9 @@ impl JobView {
 /// another tenant's job, answers 404.
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
-    responses((status = 200, description = "The job, also once it has ended", body = JobView),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody)),
+    responses(
+        (status = 200, description = "The job, also once it has ended", body = JobView),
+        NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn get_job(
     who: Principal,
@@ -413,7 +414,7 @@ pub struct JobPage {
 /// List jobs, ascending by id, a page at a time.
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
     responses((status = 200, body = JobPage), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 403, description = "A tenant token asking for another tenant", body = ErrorBody)),
+        Unauthorized, (status = 403, description = "A tenant token asking for another tenant", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list_jobs(
     who: Principal,
@@ -584,13 +585,13 @@ pub struct CancelReply {
 /// `cancelled`, or `cancelling` until a running job has stopped).
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
-    responses((status = 200, description = "Cancelled", body = CancelReply),
+    responses(
+        (status = 200, description = "Cancelled", body = CancelReply),
         (status = 202, description = "Cancelling: the running job stops after its final checkpoint", body = CancelReply),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
         (status = 409, description = "The job has already ended", body = ErrorBody),
-        (status = 429, description = "Too many writes in flight; retry after the Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "The log is unavailable; nothing was written", body = ErrorBody)),
+        WritesBusy,
+        NothingWritten,
+        NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn cancel_job(
     who: Principal,
@@ -662,10 +663,10 @@ pub struct LoggedJobEvent {
 /// A job's events from the log, in order.
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
-    responses((status = 200, body = Vec<LoggedJobEvent>),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
-        (status = 503, description = "The log is unavailable", body = ErrorBody)),
+    responses(
+        (status = 200, body = Vec<LoggedJobEvent>),
+        (status = 503, description = "The log is unavailable", body = ErrorBody),
+        NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn job_events(
     who: Principal,
@@ -794,10 +795,10 @@ impl GoodputView {
 /// each step, why it waits now, and its position in its queue.
 #[utoipa::path(get, path = "/v1/jobs/{id}/explain", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
-    responses((status = 200, body = ExplainView),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
-        (status = 503, description = "The log is unavailable", body = ErrorBody)),
+    responses(
+        (status = 200, body = ExplainView),
+        (status = 503, description = "The log is unavailable", body = ErrorBody),
+        NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn explain_job(
     who: Principal,

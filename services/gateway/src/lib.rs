@@ -11,6 +11,7 @@
 //! recorded; the admission service judges it), answer a write before its
 //! event is committed to the log, or answer bad input with a 5xx.
 
+mod answers;
 mod arrays;
 mod auth;
 mod batch;
@@ -46,6 +47,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+use crate::answers::Unauthorized;
 
 pub use auth::{hash_token, AuthArgs, AuthConfigError, Principal, Tokens};
 pub use cluster::{nodes_view, queues_view};
@@ -551,7 +554,7 @@ pub struct StatusQuery {
 /// Where the gateway's view of the log stands.
 #[utoipa::path(get, path = "/v1/status", tag = "cluster", params(StatusQuery),
     responses((status = 200, body = StatusView), (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)),
+        Unauthorized),
     security(("bearer" = [])))]
 async fn status(
     _who: Principal,

@@ -18,6 +18,7 @@ use gpusched_runtime::{read_view, LoggedEvent};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::answers::Unauthorized;
 use crate::jobs::{job_id, path_param, visible};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -91,7 +92,7 @@ fn runs(events: &[LoggedEvent]) -> Vec<(u32, Vec<gpusched_events::Assignment>)> 
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id"), LogQuery),
     responses((status = 200, body = LogView),
         (status = 400, description = "A bad id, stream, offset or run, or a worker the job does not have (it has workers 0 to workers - 1)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        Unauthorized,
         (status = 404, description = "No such job (or another tenant's), or no output for it: never bound, no node agents, or the agent keeps none", body = ErrorBody),
         (status = 503, description = "The log, or the node's agent, did not answer", body = ErrorBody)),
     security(("bearer" = [])))]

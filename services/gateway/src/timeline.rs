@@ -16,6 +16,7 @@ use gpusched_runtime::read_view;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::answers::{NoSuchJob, NotAJobId, Unauthorized};
 use crate::jobs::{job_id, path_param, visible};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -87,10 +88,10 @@ pub struct TimelineView {
 /// the moments between (checkpoints, preemptions with the work lost).
 #[utoipa::path(get, path = "/v1/jobs/{id}/timeline", tag = "jobs",
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
-    responses((status = 200, body = TimelineView),
-        (status = 400, description = "`id` is not a job number", body = ErrorBody),
-        (status = 401, body = ErrorBody), (status = 404, description = "No such job, or another tenant's", body = ErrorBody),
-        (status = 503, description = "The log is unavailable", body = ErrorBody)),
+    responses(
+        (status = 200, body = TimelineView),
+        (status = 503, description = "The log is unavailable", body = ErrorBody),
+        NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn job_timeline(
     who: Principal,
