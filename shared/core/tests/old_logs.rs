@@ -79,3 +79,22 @@ fn a_fixture_reads_back_as_the_json_it_is() {
         }
     }
 }
+
+#[test]
+fn every_event_of_every_fixture_reads_as_a_line_of_incident_review() {
+    // `log_line` sorts each kind into a group of its own; a kind sorted
+    // into the wrong group would read as an empty line.
+    for (name, _) in FIXTURES {
+        let mut state = State::new();
+        for (i, e) in read(name).iter().enumerate() {
+            let line = gpusched_core::explain::log_line(&state, e);
+            assert!(
+                !line.trim().is_empty(),
+                "{name}:{}: {} reads as an empty line",
+                i + 1,
+                e.kind()
+            );
+            let _ = state.apply(e);
+        }
+    }
+}

@@ -1497,11 +1497,10 @@ fn the_search_report_is_the_search_the_plan_came_from() {
     assert_eq!(chosen.domain.as_deref(), Some(name.as_str()));
 }
 
-#[test]
-fn an_owner_within_its_nominal_quota_reclaims_room_when_quotas_outnumber_the_nodes() {
-    // One 8-GPU node; o keeps 8 GPUs of nominal quota (it lends none), l
-    // lends its 8 and b borrows them, on the only node. o's job is within
-    // its quota: admitted, it waits for room, and b's job is preempted.
+/// One 8-GPU node; o keeps 8 GPUs of nominal quota (it lends none), l
+/// lends its 8 and b borrows them, on the only node, in a job old enough
+/// to be a victim (returned).
+fn quotas_outnumber_the_node() -> (Driver, JobId) {
     let mut d = Driver::default();
     d.cluster(1, 1, 1, 8, FLAVOR);
     d.tenant(tenant("o").cohort("c").quota(FLAVOR, 8).lending(0));
@@ -1510,6 +1509,14 @@ fn an_owner_within_its_nominal_quota_reclaims_room_when_quotas_outnumber_the_nod
     let borrowed = d.submit(job("b", 1, 8, "node"));
     d.settle();
     d.advance(120);
+    (d, borrowed)
+}
+
+#[test]
+fn an_owner_within_its_nominal_quota_reclaims_room_when_quotas_outnumber_the_nodes() {
+    // o's job is within its quota: admitted, it waits for room, and b's
+    // job is preempted.
+    let (mut d, borrowed) = quotas_outnumber_the_node();
     let own = d.submit(job("o", 1, 8, "node"));
     let p = plans(&d.run_until_quiet());
     assert_eq!(d.phase(own), Phase::Admitted);
@@ -1523,6 +1530,31 @@ fn an_owner_within_its_nominal_quota_reclaims_room_when_quotas_outnumber_the_nod
             ..
         }
     ));
+}
+
+#[test]
+fn no_room_is_made_for_an_admitted_job_whose_queue_stops() {
+    // As above, o's job is admitted and waits for room on b's node; o's
+    // queue is stopped before the search: the job goes back to its queue
+    // and b's job runs on, no plan made for a job being sent back.
+    let (mut d, borrowed) = quotas_outnumber_the_node();
+    let own = d.submit(job("o", 1, 8, "node"));
+    d.cycle();
+    assert_eq!(d.phase(own), Phase::Admitted);
+    let at = d.now;
+    d.apply(Event::QueueStateSet {
+        tenant: "o".into(),
+        state: gpusched_events::QueueState::Stopped,
+        at,
+    });
+    let events = d.run_until_quiet();
+    assert!(plans(&events).is_empty(), "{:?}", plans(&events));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::JobRequeued { job, reason: gpusched_events::RequeueReason::QueueStopped { .. }, .. } if *job == own
+    )));
+    assert_eq!(d.phase(own), Phase::Queued);
+    assert_eq!(d.phase(borrowed), Phase::Running);
 }
 
 #[test]
