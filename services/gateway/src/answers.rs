@@ -79,3 +79,26 @@ pub(crate) struct NotAJobId(ErrorBody);
 #[derive(IntoResponses)]
 #[response(status = 404, description = "No such job, or another tenant's")]
 pub(crate) struct NoSuchJob(ErrorBody);
+
+/// 400 to a request whose body or path broke a rule of its schema.
+#[derive(IntoResponses)]
+#[response(status = 400, description = "A field broke a rule (named in `field`)")]
+pub(crate) struct FieldBroken(ErrorBody);
+
+/// 404 to a request for one node.
+#[derive(IntoResponses)]
+#[response(status = 404, description = "No such node")]
+pub(crate) struct NoSuchNode(ErrorBody);
+
+/// 409 to a change of a tenant's settings the scheduler refused.
+#[derive(IntoResponses)]
+#[response(
+    status = 409,
+    description = "The scheduler refused the configuration; the tenant is unchanged"
+)]
+pub(crate) struct ConfigRefused(ErrorBody);
+
+/// 503 to a read of the log.
+#[derive(IntoResponses)]
+#[response(status = 503, description = "The log is unavailable")]
+pub(crate) struct LogUnavailable(ErrorBody);

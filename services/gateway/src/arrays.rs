@@ -24,7 +24,8 @@ use tracing::Instrument;
 use utoipa::ToSchema;
 
 use crate::answers::{
-    NotAJobId, NotJson, NothingWritten, OtherTenant, SubmissionsBusy, TooLarge, Unauthorized,
+    FieldBroken, NotAJobId, NotJson, NothingWritten, OtherTenant, SubmissionsBusy, TooLarge,
+    Unauthorized,
 };
 use crate::jobs::{check_submission, job_id, path_param, phase_name, scoped_key, Cancellation};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
@@ -134,7 +135,7 @@ fn tasks_of<'a>(state: &'a State, who: &Principal, id: u64) -> Result<Vec<&'a Jo
     responses(
         (status = 201, description = "Every task recorded in the log", body = ArrayReply),
         (status = 200, description = "The key was seen before: the array it created", body = ArrayReply),
-        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
+        FieldBroken,
         (status = 409, description = "The key was used for a different request, or the tenant's queue is draining or stopped (`field` is `spec.tenant`)", body = ErrorBody),
         Unauthorized, OtherTenant, SubmissionsBusy, NothingWritten,
         TooLarge, NotJson),

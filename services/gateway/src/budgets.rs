@@ -17,7 +17,10 @@ use axum::Json;
 use gpusched_model::{Budget, TenantSpec};
 use gpusched_runtime::read_view;
 
-use crate::answers::{NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy};
+use crate::answers::{
+    ConfigRefused, FieldBroken, NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized,
+    WritesBusy,
+};
 use crate::cluster::{configure_tenant, created_or_replaced, ChangeReply};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -63,9 +66,9 @@ fn path_pair(
     responses(
         (status = 201, description = "Set where there was none", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
-        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
+        FieldBroken,
         (status = 404, description = "No such tenant, or no quota of it in the flavor", body = ErrorBody),
-        (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
+        ConfigRefused,
         Unauthorized, NotAdmin, WritesBusy, NothingWritten,
         TooLarge, NotJson),
     security(("bearer" = [])))]
@@ -102,7 +105,7 @@ pub async fn put_budget(
     responses(
         (status = 200, description = "Removed", body = ChangeReply),
         (status = 404, description = "No such tenant, no quota of it in the flavor, or no budget there", body = ErrorBody),
-        (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
+        ConfigRefused,
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn delete_budget(

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State as AxState};
+use axum::extract::{FromRequestParts, Path, State as AxState};
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -21,7 +22,10 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
-use crate::answers::{NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy};
+use crate::answers::{
+    ConfigRefused, FieldBroken, NoSuchNode, NotAdmin, NotJson, NothingWritten, TooLarge,
+    Unauthorized, WritesBusy,
+};
 use crate::jobs::path_param;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -427,8 +431,8 @@ fn named_spec<T: serde::de::DeserializeOwned>(
     responses(
         (status = 201, description = "Created", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
-        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
-        (status = 409, description = "The scheduler refused the configuration; the tenant is unchanged", body = ErrorBody),
+        FieldBroken,
+        ConfigRefused,
         Unauthorized, NotAdmin, WritesBusy, NothingWritten,
         TooLarge, NotJson),
     security(("bearer" = [])))]
@@ -492,46 +496,74 @@ fn node_of(s: &State, raw: &str) -> Result<NodeId, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("no node {raw:?}")))
 }
 
-async fn node_change(
+/// A request to change one node's service state: who asks, the gateway,
+/// and the node as the path names it (read before anything else is
+/// checked, as every handler reads its path).
+pub struct NodeRequest {
     who: Principal,
     gw: Gateway,
-    raw: String,
-    make: impl FnOnce(NodeId) -> Event,
-    allowed: &[NodeStatus],
-    verb: &str,
-) -> Result<Json<ChangeReply>, ApiError> {
-    who.require_admin()?;
-    let node = {
+    raw: Result<String, ApiError>,
+}
+
+impl FromRequestParts<Gateway> for NodeRequest {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, gw: &Gateway) -> Result<Self, ApiError> {
+        let who = Principal::from_request_parts(parts, gw).await?;
+        let raw = path_param(Path::<String>::from_request_parts(parts, gw).await);
+        Ok(NodeRequest {
+            who,
+            gw: gw.clone(),
+            raw,
+        })
+    }
+}
+
+impl NodeRequest {
+    /// Writes `make(node)` if the node's state is one of `allowed`: 403
+    /// for a tenant's token, 404 for no such node, 409 naming `verb`
+    /// otherwise.
+    async fn change(
+        self,
+        make: impl FnOnce(NodeId) -> Event,
+        allowed: &[NodeStatus],
+        verb: &str,
+    ) -> Result<Json<ChangeReply>, ApiError> {
+        let NodeRequest { who, gw, raw } = self;
+        let raw = raw?;
+        who.require_admin()?;
+        let node = {
+            let p = read_view(&gw.view);
+            let s = p.state();
+            let node = node_of(s, &raw)?;
+            let status = s.nodes()[node.index()].status;
+            if !allowed.contains(&status) {
+                return Err(ApiError::conflict(format!(
+                    "node {raw} is {}; cannot {verb} it",
+                    serde_json::to_value(status)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                )));
+            }
+            node
+        };
+        let w = gw
+            .submitter
+            .write(vec![make(node)], None)
+            .await
+            .map_err(write_failed)?;
+        gw.caught_up(w.seq).await;
         let p = read_view(&gw.view);
-        let s = p.state();
-        let node = node_of(s, &raw)?;
-        let status = s.nodes()[node.index()].status;
-        if !allowed.contains(&status) {
-            return Err(ApiError::conflict(format!(
-                "node {raw} is {}; cannot {verb} it",
-                serde_json::to_value(status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            )));
-        }
-        node
-    };
-    let w = gw
-        .submitter
-        .write(vec![make(node)], None)
-        .await
-        .map_err(write_failed)?;
-    gw.caught_up(w.seq).await;
-    let p = read_view(&gw.view);
-    let now = p
-        .state()
-        .nodes()
-        .get(node.index())
-        .and_then(|n| serde_json::to_value(n.status).ok())
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    Ok(Json(ChangeReply { seq: w.seq, now }))
+        let now = p
+            .state()
+            .nodes()
+            .get(node.index())
+            .and_then(|n| serde_json::to_value(n.status).ok())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Ok(Json(ChangeReply { seq: w.seq, now }))
+    }
 }
 
 /// Cordon a node (admin): no new work is placed on it; running jobs stay.
@@ -539,19 +571,12 @@ async fn node_change(
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses(
         (status = 200, body = ChangeReply),
-        (status = 404, description = "No such node", body = ErrorBody),
+        NoSuchNode,
         (status = 409, description = "Not ready", body = ErrorBody),
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
-pub async fn cordon_node(
-    who: Principal,
-    AxState(gw): AxState<Gateway>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Json<ChangeReply>, ApiError> {
-    node_change(
-        who,
-        gw,
-        path_param(id)?,
+pub async fn cordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
+    req.change(
         |node| Event::NodeCordoned { node },
         &[NodeStatus::Ready],
         "cordon",
@@ -565,19 +590,12 @@ pub async fn cordon_node(
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses(
         (status = 200, body = ChangeReply),
-        (status = 404, description = "No such node", body = ErrorBody),
+        NoSuchNode,
         (status = 409, description = "Already drained or lost", body = ErrorBody),
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
-pub async fn drain_node(
-    who: Principal,
-    AxState(gw): AxState<Gateway>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Json<ChangeReply>, ApiError> {
-    node_change(
-        who,
-        gw,
-        path_param(id)?,
+pub async fn drain_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
+    req.change(
         |node| Event::NodeDrained { node },
         &[NodeStatus::Ready, NodeStatus::Cordoned],
         "drain",
@@ -594,20 +612,13 @@ pub async fn drain_node(
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses(
         (status = 200, body = ChangeReply),
-        (status = 404, description = "No such node", body = ErrorBody),
+        NoSuchNode,
         (status = 409, description = "Already evicted, or lost", body = ErrorBody),
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
-pub async fn evict_node(
-    who: Principal,
-    AxState(gw): AxState<Gateway>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Json<ChangeReply>, ApiError> {
+pub async fn evict_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
     let at = gpusched_runtime::wall_clock();
-    node_change(
-        who,
-        gw,
-        path_param(id)?,
+    req.change(
         move |node| Event::NodeEvicted { node, at },
         &[NodeStatus::Ready, NodeStatus::Cordoned, NodeStatus::Drained],
         "evict",
@@ -620,19 +631,12 @@ pub async fn evict_node(
     params(("id" = String, Path, min_length = 1, description = "Node id or name")),
     responses(
         (status = 200, body = ChangeReply),
-        (status = 404, description = "No such node", body = ErrorBody),
+        NoSuchNode,
         (status = 409, description = "Not cordoned, drained or evicted", body = ErrorBody),
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
-pub async fn uncordon_node(
-    who: Principal,
-    AxState(gw): AxState<Gateway>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Json<ChangeReply>, ApiError> {
-    node_change(
-        who,
-        gw,
-        path_param(id)?,
+pub async fn uncordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
+    req.change(
         |node| Event::NodeUncordoned { node },
         &[
             NodeStatus::Cordoned,

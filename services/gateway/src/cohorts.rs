@@ -21,7 +21,9 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
-use crate::answers::{NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy};
+use crate::answers::{
+    FieldBroken, NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy,
+};
 use crate::cluster::{admin_put, created_or_replaced, name_from_path, write_failed, ChangeReply};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -155,7 +157,7 @@ impl ToSchema for CohortUpdate {
     responses(
         (status = 201, description = "Created", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
-        (status = 400, description = "A field broke a rule (named in `field`)", body = ErrorBody),
+        FieldBroken,
         (status = 404, description = "No cohort name in the path (`/v1/cohorts/`)", body = ErrorBody),
         Unauthorized, NotAdmin, WritesBusy, NothingWritten,
         TooLarge, NotJson),

@@ -22,7 +22,7 @@ use gpusched_runtime::{read_view, Log, LoggedEvent, SharedView};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::answers::Unauthorized;
+use crate::answers::{LogUnavailable, Unauthorized};
 use crate::jobs::MAX_SEQ;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -145,7 +145,7 @@ fn sse_of(e: &LoggedEvent) -> SseEvent {
             content((EventPage = "application/json"), (SseFrame = "text/event-stream"))),
         (status = 400, description = "A parameter broke a rule (named in `field`)", body = ErrorBody),
         Unauthorized,
-        (status = 503, description = "The log is unavailable", body = ErrorBody)),
+        LogUnavailable),
     security(("bearer" = [])))]
 pub async fn events(
     who: Principal,

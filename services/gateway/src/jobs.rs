@@ -19,8 +19,8 @@ use tracing::Instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::answers::{
-    NoSuchJob, NotAJobId, NotJson, NothingWritten, OtherTenant, SubmissionsBusy, TooLarge,
-    Unauthorized, WritesBusy,
+    LogUnavailable, NoSuchJob, NotAJobId, NotJson, NothingWritten, OtherTenant, SubmissionsBusy,
+    TooLarge, Unauthorized, WritesBusy,
 };
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -665,7 +665,7 @@ pub struct LoggedJobEvent {
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
     responses(
         (status = 200, body = Vec<LoggedJobEvent>),
-        (status = 503, description = "The log is unavailable", body = ErrorBody),
+        LogUnavailable,
         NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn job_events(
@@ -797,7 +797,7 @@ impl GoodputView {
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
     responses(
         (status = 200, body = ExplainView),
-        (status = 503, description = "The log is unavailable", body = ErrorBody),
+        LogUnavailable,
         NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn explain_job(

@@ -16,9 +16,9 @@ use gpusched_runtime::read_view;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::answers::{NoSuchJob, NotAJobId, Unauthorized};
+use crate::answers::{LogUnavailable, NoSuchJob, NotAJobId, Unauthorized};
 use crate::jobs::{job_id, path_param, visible};
-use crate::{ApiError, ErrorBody, Gateway, Principal};
+use crate::{ApiError, Gateway, Principal};
 
 /// A job's logged events in log order: its own and, for a job ever
 /// preempted, the plans that chose it as a victim. 404 for a job `who`
@@ -90,7 +90,7 @@ pub struct TimelineView {
     params(("id" = u64, Path, minimum = 1, maximum = 9_223_372_036_854_775_807_u64, description = "Job id")),
     responses(
         (status = 200, body = TimelineView),
-        (status = 503, description = "The log is unavailable", body = ErrorBody),
+        LogUnavailable,
         NotAJobId, Unauthorized, NoSuchJob),
     security(("bearer" = [])))]
 pub async fn job_timeline(
