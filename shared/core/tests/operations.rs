@@ -12,15 +12,6 @@ use gpusched_core::{ApplyError, CycleConfig, NodeStatus, Phase};
 use gpusched_events::{Event, EvictionCause, QueueState, RejectReason, RequeueReason, Victim};
 use gpusched_model::{CheckpointPolicy, JobId, JobSpec, NodeId};
 
-fn set_queue(d: &mut Driver, tenant: &str, state: QueueState) {
-    let at = d.now;
-    d.apply(Event::QueueStateSet {
-        tenant: tenant.into(),
-        state,
-        at,
-    });
-}
-
 /// Every EvictionPlanned in a batch: (cause, victims).
 fn evictions(events: &[Event]) -> Vec<(EvictionCause, Vec<Victim>)> {
     events
@@ -66,7 +57,7 @@ fn two_tenants() -> Driver {
 fn a_held_queue_takes_submissions_but_admits_nothing_until_released() {
     // Given a held queue
     let mut d = two_tenants();
-    set_queue(&mut d, "a", QueueState::Held);
+    d.set_queue("a", QueueState::Held);
     // When a job is submitted to it and cycles run
     let j = d.submit(job("a", 1, 8, "node"));
     let ev = d.settle();
@@ -90,7 +81,7 @@ fn a_held_queue_takes_submissions_but_admits_nothing_until_released() {
         "{refused:?}"
     );
     // When it is released, the job runs.
-    set_queue(&mut d, "a", QueueState::Open);
+    d.set_queue("a", QueueState::Open);
     d.settle();
     assert_eq!(d.phase(j), Phase::Running);
 }
@@ -107,7 +98,7 @@ fn a_draining_queue_refuses_submissions_and_lets_running_jobs_finish() {
     d.settle();
     assert_eq!(d.phase(running), Phase::Running);
     // When its queue drains and a job is submitted
-    set_queue(&mut d, "a", QueueState::Draining);
+    d.set_queue("a", QueueState::Draining);
     let late = d.submit(job("a", 1, 8, "node"));
     let ev = d.settle();
     // Then the new job is refused, naming the queue and its state
@@ -146,7 +137,7 @@ fn a_stopped_queue_gives_borrowed_gpus_back_first_then_the_rest() {
     assert_eq!(borrowed.len(), 2, "two of the four run on borrowed quota");
     // When its queue is stopped
     d.advance(120);
-    set_queue(&mut d, "a", QueueState::Stopped);
+    d.set_queue("a", QueueState::Stopped);
     let ev = d.run_until_quiet();
     // Then only the borrowed ones are evicted first, each asked for a
     // checkpoint (60 s fits the grace: deadline 65 s from now)
@@ -190,7 +181,7 @@ fn a_stopped_queue_gives_borrowed_gpus_back_first_then_the_rest() {
     let _ = d.run_until_quiet();
     assert!(jobs.iter().all(|j| d.phase(*j) == Phase::Queued));
     assert_eq!(d.state.gpus_in_use(), 0);
-    set_queue(&mut d, "a", QueueState::Open);
+    d.set_queue("a", QueueState::Open);
     d.settle();
     assert!(jobs.iter().all(|j| d.phase(*j) == Phase::Running));
     for j in &borrowed {
@@ -215,7 +206,7 @@ fn a_stopped_queue_sends_admitted_jobs_back_with_their_quota() {
         "blocked, it holds a reservation"
     );
     // When the queue is stopped
-    set_queue(&mut d, "a", QueueState::Stopped);
+    d.set_queue("a", QueueState::Stopped);
     let ev = d.run_until_quiet();
     // Then it goes back to the queue and its quota is given back
     assert!(ev.iter().any(|e| matches!(
@@ -258,7 +249,7 @@ fn a_queue_that_stops_admitting_ends_its_reclaim_holds() {
     d.run_until_quiet();
     assert!(d.state.reclaim_holders().any(|j| j == o), "a reclaim hold");
     // When the owner's queue is held
-    set_queue(&mut d, "owner", QueueState::Held);
+    d.set_queue("owner", QueueState::Held);
     // Then its hold ends: nobody of the owner will take the room
     assert_eq!(d.state.reclaim_holders().count(), 0);
 }
@@ -408,7 +399,7 @@ fn evictions_in_one_cycle_stay_within_max_cycle_candidates() {
     let waiting: Vec<JobId> = (0..3).map(|_| d.submit(job("t", 1, 8, "node"))).collect();
     d.run_until_quiet();
     assert!(waiting.iter().all(|&j| d.phase(j) == Phase::Admitted));
-    set_queue(&mut d, "t", QueueState::Stopped);
+    d.set_queue("t", QueueState::Stopped);
     let sent_back = |events: &[Event]| {
         events
             .iter()

@@ -10,8 +10,8 @@ mod common;
 use common::{job, tenant, Driver, FLAVOR};
 use gpusched_core::{ApplyError, CycleConfig, Phase};
 use gpusched_events::{
-    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, RequeueReason,
-    Victim,
+    Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, QueueState,
+    RequeueReason, Victim,
 };
 use gpusched_model::{CheckpointPolicy, Gpus, JobId, JobSpec, Timestamp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -783,7 +783,10 @@ fn preemptible_backfill_leaves_when_the_reservation_could_start() {
     d.advance(400);
     d.finish(r2);
     d.finish(r1);
-    let ev = d.run_until_quiet();
+    let first = d.cycle();
+    assert_eq!(first.stats.preemptions_planned, 1, "the plan is counted");
+    let mut ev = first.events;
+    ev.extend(d.run_until_quiet());
     let p = plans(&ev);
     assert_eq!(p.len(), 1, "{p:?}");
     assert_eq!(p[0].0, gang);
@@ -793,6 +796,28 @@ fn preemptible_backfill_leaves_when_the_reservation_could_start() {
     let stopped = preempted(&ev);
     assert_eq!(stopped[&pre], (4 * 450_000, Some(ckref(150_000, pre))));
     assert_eq!(d.phase(gang), Phase::Bound);
+}
+
+#[test]
+fn no_backfill_leaves_for_a_reservation_whose_owners_queue_stops() {
+    // As above, but the backfill is another tenant's, and the gang's queue
+    // stops as the reserved nodes free up: the gang goes back to its queue
+    // and the backfill runs on.
+    let (mut d, [r1, r2], gang) = reservation_setup();
+    d.tenant(tenant("u").best_effort().quota(FLAVOR, 8));
+    let ev = d.run_until_quiet();
+    assert!(reservation_start(&ev, gang).is_some());
+    let pre = d.submit(ckpt_job("u", 1, 4, "node", 600, 60));
+    d.settle();
+    assert_eq!(d.job(pre).backfill_for, Some(gang));
+    d.advance(600);
+    d.finish(r2);
+    d.finish(r1);
+    d.set_queue("t", QueueState::Stopped);
+    let ev = d.run_until_quiet();
+    assert!(plans(&ev).is_empty(), "{:?}", plans(&ev));
+    assert_eq!(d.phase(gang), Phase::Queued);
+    assert_eq!(d.phase(pre), Phase::Running);
 }
 
 /// A stream of 1-GPU jobs (one every 3 s, each running 270 s: 90 at once)
@@ -1441,20 +1466,10 @@ fn a_held_queue_makes_no_room_for_its_jobs_until_released() {
     d.advance(10);
     d.submit(job("o", 1, 8, "node"));
     assert!(plans(&d.run_until_quiet()).is_empty());
-    let at = d.now;
-    d.apply(Event::QueueStateSet {
-        tenant: "o".into(),
-        state: gpusched_events::QueueState::Held,
-        at,
-    });
+    d.set_queue("o", QueueState::Held);
     d.advance(120);
     assert!(plans(&d.run_until_quiet()).is_empty());
-    let at = d.now;
-    d.apply(Event::QueueStateSet {
-        tenant: "o".into(),
-        state: gpusched_events::QueueState::Open,
-        at,
-    });
+    d.set_queue("o", QueueState::Open);
     assert_eq!(plans(&d.run_until_quiet()).len(), 1);
 }
 
@@ -1541,12 +1556,7 @@ fn no_room_is_made_for_an_admitted_job_whose_queue_stops() {
     let own = d.submit(job("o", 1, 8, "node"));
     d.cycle();
     assert_eq!(d.phase(own), Phase::Admitted);
-    let at = d.now;
-    d.apply(Event::QueueStateSet {
-        tenant: "o".into(),
-        state: gpusched_events::QueueState::Stopped,
-        at,
-    });
+    d.set_queue("o", QueueState::Stopped);
     let events = d.run_until_quiet();
     assert!(plans(&events).is_empty(), "{:?}", plans(&events));
     assert!(events.iter().any(|e| matches!(

@@ -169,6 +169,16 @@ impl Driver {
         }
     }
 
+    /// Sets `tenant`'s queue to `state`, now.
+    pub fn set_queue(&mut self, tenant: &str, state: gpusched_events::QueueState) {
+        let at = self.now;
+        self.apply(Event::QueueStateSet {
+            tenant: tenant.into(),
+            state,
+            at,
+        });
+    }
+
     /// Applies an event that must be accepted.
     pub fn apply(&mut self, ev: Event) {
         let shown = format!("{ev:?}");
