@@ -142,15 +142,11 @@ fn check_spec(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
 pub fn quota_limit(state: &State, t: crate::state::TenantIdx, f: FlavorIdx) -> Gpus {
     let tenant = state.tenant(t);
     let Some(q) = tenant.quota(f) else { return 0 };
+    let limit = tenant.limit(f);
     match tenant.cohort {
-        None => q.nominal,
-        Some(c) => {
-            let by_pool = q.guaranteed().saturating_add(state.cohort(c).capacity(f));
-            let by_limit = q
-                .borrowing_limit
-                .map_or(Gpus::MAX, |b| q.nominal.saturating_add(b));
-            by_pool.min(by_limit)
-        }
+        None => limit,
+        // In a cohort, also no more than it keeps plus all the pool holds.
+        Some(c) => limit.min(q.guaranteed().saturating_add(state.cohort(c).capacity(f))),
     }
 }
 

@@ -676,14 +676,11 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                     }
                     // A spent budget: no one else's work is lost for it.
                     Err(quota::Blocked::Budget { .. }) => {}
-                    Err(quota::Blocked::Quota {
-                        used,
-                        nominal,
-                        borrowable,
-                        ..
-                    }) => {
+                    Err(quota::Blocked::Quota { used, .. }) => {
                         if tenant.spec.priority_preemption {
-                            let limit = nominal.saturating_add(borrowable).max(used);
+                            // Past a limit lowered under it, only the job's
+                            // own need is freed.
+                            let limit = tenant.limit(f).max(used);
                             return Some(Need {
                                 flavor: f,
                                 level,

@@ -579,6 +579,32 @@ fn higher_priority_job_evicts_a_lower_one_of_its_tenant() {
 }
 
 #[test]
+fn a_borrowing_tenants_priority_job_takes_only_what_passes_its_limit() {
+    // t: 8 GPUs nominal, may borrow 8 more (limit 16), from l. Three of
+    // its low-priority 1×4 jobs hold 12. A priority 1×8 job would bring it
+    // to 20: 4 past the limit, so one 1×4 job goes, not two.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 4, 8, FLAVOR);
+    let mut t = tenant("t").cohort("c").quota(FLAVOR, 8).borrowing(8);
+    t.0.priority_preemption = true;
+    d.tenant(t);
+    d.tenant(tenant("l").cohort("c").quota(FLAVOR, 24));
+    for _ in 0..3 {
+        d.submit(ckpt_job("t", 1, 4, "node", 600, 60));
+    }
+    d.settle();
+    d.advance(600);
+    let high = d.submit(JobSpec {
+        priority: 5,
+        ..job("t", 1, 8, "node")
+    });
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, high);
+    assert_eq!(p[0].2.len(), 1, "4 GPUs past the limit: {:?}", p[0].2);
+}
+
+#[test]
 fn priority_preemption_switched_off_evicts_nothing() {
     let (mut d, [lo0, lo1], high) = priority_setup(false);
     let mut all = Vec::new();
