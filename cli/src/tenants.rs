@@ -120,7 +120,7 @@ fn read(file: &PathBuf) -> Result<(Vec<TenantSpec>, Vec<CohortSpec>)> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for (i, t) in parsed.tenant.iter().enumerate() {
-        t.check_fields().map_err(|e| {
+        t.check_new().map_err(|e| {
             fail(
                 exit::USAGE,
                 format!("{shown}: tenant[{i}].{}: {}", e.field, e.rule),

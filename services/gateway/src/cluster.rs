@@ -442,7 +442,7 @@ pub async fn put_tenant(
     name: Result<Path<String>, PathRejection>,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let (name, spec) = admin_put(&who, name, body, "tenant", TenantSpec::check_fields)?;
+    let (name, spec) = admin_put(&who, name, body, "tenant", TenantSpec::check_new)?;
     let existed = read_view(&gw.view).state().tenant_idx(&name).is_some();
     let seq = configure_tenant(&gw, spec).await?;
     Ok(created_or_replaced(existed, seq, name))

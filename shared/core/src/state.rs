@@ -1264,7 +1264,8 @@ impl State {
             .collect();
         let cohort = &mut self.cohorts[c as usize];
         for (f, lend, draw) in per_flavor {
-            *at_mut(&mut cohort.pool_capacity, f) -= lend;
+            let capacity = at_mut(&mut cohort.pool_capacity, f);
+            *capacity = capacity.saturating_sub(lend);
             *at_mut(&mut cohort.pool_used, f) -= draw;
         }
         for (f, u) in extra_usage {
@@ -1310,7 +1311,9 @@ impl State {
             .collect();
         let cohort = &mut self.cohorts[c as usize];
         for (f, lend, draw) in per_flavor {
-            *at_mut(&mut cohort.pool_capacity, f) += lend;
+            // Saturating: quotas from an older release's log are unbounded.
+            let capacity = at_mut(&mut cohort.pool_capacity, f);
+            *capacity = capacity.saturating_add(lend);
             *at_mut(&mut cohort.pool_used, f) += draw;
         }
         cohort.members.push(t);

@@ -117,17 +117,17 @@ pub struct FlavorQuota {
     #[schema(min_length = 1)]
     pub flavor: String,
     /// GPUs the tenant is entitled to.
-    #[schema(value_type = u32, format = Int64, maximum = 4_294_967_295_u64)]
+    #[schema(value_type = u32, format = Int64, maximum = 1_000_000_u64)]
     pub nominal: Gpus,
     /// GPUs the tenant may use above nominal, borrowed from its cohort;
     /// `None` is unlimited (bounded by the cohort).
     #[serde(default)]
-    #[schema(value_type = Option<u32>, format = Int64, maximum = 4_294_967_295_u64)]
+    #[schema(value_type = Option<u32>, format = Int64, maximum = 1_000_000_u64)]
     pub borrowing_limit: Option<Gpus>,
     /// GPUs of its nominal quota the tenant lends to its cohort when idle;
     /// `None` lends all of it.
     #[serde(default)]
-    #[schema(value_type = Option<u32>, format = Int64, maximum = 4_294_967_295_u64)]
+    #[schema(value_type = Option<u32>, format = Int64, maximum = 1_000_000_u64)]
     pub lending_limit: Option<Gpus>,
     /// GPU-hours the tenant may use of this flavor per calendar period;
     /// `None` is no budget.
@@ -494,7 +494,37 @@ impl JobSpec {
     }
 }
 
+/// The most GPUs a quota, borrowing limit or lending limit may name in a
+/// new configuration: far above any cluster, and low enough that sums over
+/// a cohort's tenants stay within [`Gpus`].
+pub const MAX_QUOTA_GPUS: Gpus = 1_000_000;
+
 impl TenantSpec {
+    /// [`TenantSpec::check_fields`], and every quota, borrowing limit and
+    /// lending limit at most [`MAX_QUOTA_GPUS`]: the checks a new
+    /// configuration passes (the gateway, the CLI, cluster files). The log
+    /// applies only `check_fields`, so that a configuration an older
+    /// release took still replays.
+    pub fn check_new(&self) -> Result<(), FieldError> {
+        self.check_fields()?;
+        for q in &self.quotas {
+            let limits = [
+                ("quotas.nominal", Some(q.nominal)),
+                ("quotas.borrowing_limit", q.borrowing_limit),
+                ("quotas.lending_limit", q.lending_limit),
+            ];
+            for (field, gpus) in limits {
+                if gpus.is_some_and(|g| g > MAX_QUOTA_GPUS) {
+                    return Err(FieldError::new(
+                        field,
+                        &format!("must be at most {MAX_QUOTA_GPUS} GPUs"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Field-level checks that need no cluster knowledge.
     pub fn check_fields(&self) -> Result<(), FieldError> {
         if self.name.trim().is_empty() {
@@ -585,6 +615,38 @@ mod tests {
         JobSpec {
             topology: "block".into(),
             ..JobSpec::new("a", 2, 4)
+        }
+    }
+
+    #[test]
+    fn a_new_quota_past_the_bound_names_its_field_but_the_log_still_takes_it() {
+        let q = |nominal, borrowing_limit, lending_limit| TenantSpec {
+            name: "t".into(),
+            cohort: Some("c".into()),
+            weight: 1.0,
+            queueing: Default::default(),
+            quotas: vec![FlavorQuota {
+                flavor: "h100".into(),
+                nominal,
+                borrowing_limit,
+                lending_limit,
+                budget: None,
+            }],
+            priority_preemption: true,
+        };
+        assert!(q(MAX_QUOTA_GPUS, Some(MAX_QUOTA_GPUS), None)
+            .check_new()
+            .is_ok());
+        for (spec, field) in [
+            (q(MAX_QUOTA_GPUS + 1, None, None), "quotas.nominal"),
+            (q(8, Some(u32::MAX), None), "quotas.borrowing_limit"),
+            (q(8, None, Some(MAX_QUOTA_GPUS + 1)), "quotas.lending_limit"),
+        ] {
+            assert_eq!(spec.check_new().unwrap_err().field, field);
+            assert!(
+                spec.check_fields().is_ok(),
+                "an older log's {field} replays"
+            );
         }
     }
 

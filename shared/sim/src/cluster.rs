@@ -270,7 +270,7 @@ impl Cluster {
         }
         let mut tenants = Vec::new();
         for (ti, t) in file.tenant.iter().enumerate() {
-            t.check_fields()
+            t.check_new()
                 .map_err(|e| invalid(&format!("tenant[{ti}].{}", e.field), e.rule))?;
             if tenants.contains(&t.name) {
                 return Err(invalid(
