@@ -5,6 +5,7 @@ use gpusched_model::Timestamp;
 
 /// Now as gpusched timestamps count it: milliseconds since the Unix epoch.
 pub fn wall_clock() -> Timestamp {
-    let ms = chrono::Utc::now().timestamp_millis();
-    Timestamp(u64::try_from(ms).unwrap_or(0))
+    // A clock set before 1970 reads as the epoch itself.
+    let ms = chrono::Utc::now().timestamp_millis().max(0);
+    Timestamp(ms.unsigned_abs())
 }

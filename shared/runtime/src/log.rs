@@ -415,7 +415,7 @@ impl MemLog {
                 return Err(StoreError::StaleEpoch {
                     service: fence.service.clone(),
                     partition: fence.partition.clone(),
-                    held: l.epoch,
+                    held: Some(l.epoch),
                     given: fence.epoch,
                 })
             }

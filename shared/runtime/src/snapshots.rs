@@ -100,7 +100,8 @@ pub async fn load_newest(log: &Log, service: &str) -> Option<(Snapshot, Loaded)>
     let age = chrono::Utc::now() - row.taken_at;
     let loaded = Loaded {
         seq: snap.seq,
-        age_ms: u64::try_from(age.num_milliseconds()).unwrap_or(0),
+        // A snapshot stamped ahead of this host's clock (skew) is new.
+        age_ms: age.num_milliseconds().max(0).unsigned_abs(),
         bytes: row.bytes,
         load_ms: started.elapsed().as_millis() as u64,
         skipped: found.skipped.len(),
@@ -131,8 +132,8 @@ pub struct Written {
 
 enum Step {
     Idle,
-    /// Asking the log for the newest snapshot.
-    Checking(JoinHandle<u64>),
+    /// Asking the log for the newest snapshot (`None`: it did not answer).
+    Checking(JoinHandle<Option<u64>>),
     /// Saving a snapshot encoded at this sequence.
     Writing(JoinHandle<Option<Written>>, u64),
 }
@@ -176,9 +177,10 @@ impl Writer {
         match std::mem::replace(&mut self.step, Step::Idle) {
             Step::Idle if self.due(seq) => {
                 let log = log.clone();
-                self.step = Step::Checking(tokio::spawn(async move {
-                    log.newest_snapshot_seq().await.unwrap_or(0)
-                }));
+                self.step =
+                    Step::Checking(tokio::spawn(
+                        async move { log.newest_snapshot_seq().await.ok() },
+                    ));
                 None
             }
             Step::Idle => None,
@@ -187,10 +189,12 @@ impl Writer {
                 None
             }
             Step::Checking(h) => {
+                // Another instance's newer snapshot moves the next one on;
+                // without an answer, this writer goes by its own.
                 let newest = futures::FutureExt::now_or_never(h)
                     .and_then(Result::ok)
-                    .unwrap_or(0);
-                if newest > self.last_seq {
+                    .flatten();
+                if let Some(newest) = newest.filter(|&n| n > self.last_seq) {
                     self.last_seq = newest;
                     self.last_at = Instant::now();
                 }

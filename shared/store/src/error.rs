@@ -21,14 +21,18 @@ use thiserror::Error;
 pub enum StoreError {
     /// The append's fencing epoch is not the lease's current epoch: another
     /// instance took the lease over. Nothing was written.
-    #[error("stale epoch: lease {service}/{partition} is at epoch {held}, append gave {given}")]
+    #[error(
+        "stale epoch: lease {service}/{partition} is at epoch {}, append gave {given}",
+        .held.map_or_else(|| "unknown".to_string(), |h| h.to_string())
+    )]
     StaleEpoch {
         /// The lease's service.
         service: String,
         /// The lease's partition.
         partition: String,
-        /// The epoch the lease holds now.
-        held: u64,
+        /// The epoch the lease holds now (`None`: the database's refusal
+        /// did not say).
+        held: Option<u64>,
         /// The epoch the append carried.
         given: u64,
     },

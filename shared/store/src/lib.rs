@@ -128,8 +128,7 @@ fn fence_refusal(e: sqlx::Error, fence: &Fence) -> StoreError {
             let held = db
                 .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
                 .and_then(|pg| pg.detail())
-                .and_then(|d| d.parse::<u64>().ok())
-                .unwrap_or(0);
+                .and_then(|d| d.parse::<u64>().ok());
             StoreError::StaleEpoch {
                 service: fence.service.clone(),
                 partition: fence.partition.clone(),

@@ -75,7 +75,7 @@ fn info_from_row(row: &sqlx::postgres::PgRow) -> Result<SnapshotInfo> {
         seq: from_bigint("snapshots.seq", row.try_get("seq")?)?,
         format: u16::try_from(row.try_get::<i32, _>("format")?).unwrap_or(u16::MAX),
         state_hash: row.try_get("state_hash")?,
-        bytes: u64::try_from(row.try_get::<i64, _>("bytes")?).unwrap_or(0),
+        bytes: from_bigint("snapshots.bytes", row.try_get("bytes")?)?,
         taken_by: row.try_get("taken_by")?,
         taken_at: row.try_get("taken_at")?,
     })

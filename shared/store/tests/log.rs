@@ -132,7 +132,7 @@ async fn stale_epoch_is_refused_and_writes_nothing() {
         matches!(
             err,
             StoreError::StaleEpoch {
-                held: 1,
+                held: Some(1),
                 given: 2,
                 ..
             }
@@ -204,7 +204,7 @@ async fn standby_takes_over_after_expiry_and_fences_the_old_holder() {
         matches!(
             err,
             StoreError::StaleEpoch {
-                held: 2,
+                held: Some(2),
                 given: 1,
                 ..
             }
