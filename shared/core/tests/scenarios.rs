@@ -1,6 +1,7 @@
 //! Scenario tests of the scheduling core: each sets up a small cluster and
-//! tenants through events, runs cycles, and asserts one rule of docs/architecture.md ("The rules the core keeps", "Quota model")
-//! and §8 that would fail if the rule broke.
+//! tenants through events, runs cycles, and asserts one rule of
+//! docs/architecture.md ("The rules the core keeps", "Quota model") in a
+//! way that would fail if the rule broke.
 
 mod common;
 
