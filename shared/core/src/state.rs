@@ -1242,17 +1242,10 @@ impl State {
     fn detach_tenant(&mut self, t: TenantIdx) {
         let tenant = &self.tenants[t as usize];
         let Some(c) = tenant.cohort else { return };
-        let per_flavor: Vec<(usize, Gpus, Gpus)> = tenant
-            .quotas
-            .iter()
-            .enumerate()
-            .map(|(f, q)| {
+        let per_flavor: Vec<(usize, Gpus)> = (0..tenant.quotas.len())
+            .map(|f| {
                 let f16 = f as FlavorIdx;
-                (
-                    f,
-                    q.map_or(0, |q| q.lendable),
-                    tenant.pool_draw(f16, tenant.used(f16)),
-                )
+                (f, tenant.pool_draw(f16, tenant.used(f16)))
             })
             .collect();
         let extra_usage: Vec<(usize, Gpus)> = tenant
@@ -1263,9 +1256,7 @@ impl State {
             .map(|(f, &u)| (f, u))
             .collect();
         let cohort = &mut self.cohorts[c as usize];
-        for (f, lend, draw) in per_flavor {
-            let capacity = at_mut(&mut cohort.pool_capacity, f);
-            *capacity = capacity.saturating_sub(lend);
+        for (f, draw) in per_flavor {
             *at_mut(&mut cohort.pool_used, f) -= draw;
         }
         for (f, u) in extra_usage {
@@ -1274,6 +1265,28 @@ impl State {
         cohort.members.retain(|m| *m != t);
         cohort.version += 1;
         self.tenants[t as usize].cohort = None;
+        self.recount_pool_capacity(c);
+    }
+
+    /// Sets cohort `c`'s pool capacity, in every flavor it has a slot for,
+    /// to what its members lend now. Recounted rather than adjusted, and
+    /// saturating: an older release's log may hold quotas past
+    /// `MAX_QUOTA_GPUS`, and a sum that once saturated is exact again when
+    /// a member lends less.
+    fn recount_pool_capacity(&mut self, c: CohortIdx) {
+        let cohort = &self.cohorts[c as usize];
+        let capacity: Vec<Gpus> = (0..cohort.pool_capacity.len())
+            .map(|f| self.lent_by_members(cohort, f as FlavorIdx))
+            .collect();
+        self.cohorts[c as usize].pool_capacity = capacity;
+    }
+
+    /// What a cohort's members lend in a flavor, saturating.
+    fn lent_by_members(&self, cohort: &Cohort, f: FlavorIdx) -> Gpus {
+        cohort.members.iter().fold(0, |sum: Gpus, &m| {
+            let lend = self.tenants[m as usize].quota(f).map_or(0, |q| q.lendable);
+            sum.saturating_add(lend)
+        })
     }
 
     /// The cohort of this name, created empty if none has it yet.
@@ -1299,26 +1312,22 @@ impl State {
         let c = self.cohort_named(cohort_name);
         let tenant = &self.tenants[t as usize];
         let flavors = tenant.quotas.len().max(tenant.usage.len());
-        let per_flavor: Vec<(usize, Gpus, Gpus)> = (0..flavors)
+        let per_flavor: Vec<(usize, Gpus)> = (0..flavors)
             .map(|f| {
                 let f16 = f as FlavorIdx;
-                (
-                    f,
-                    tenant.quota(f16).map_or(0, |q| q.lendable),
-                    tenant.pool_draw(f16, tenant.used(f16)),
-                )
+                (f, tenant.pool_draw(f16, tenant.used(f16)))
             })
             .collect();
         let cohort = &mut self.cohorts[c as usize];
-        for (f, lend, draw) in per_flavor {
-            // Saturating: quotas from an older release's log are unbounded.
-            let capacity = at_mut(&mut cohort.pool_capacity, f);
-            *capacity = capacity.saturating_add(lend);
+        for (f, draw) in per_flavor {
+            // A slot for each of its flavors, counted below.
+            at_mut(&mut cohort.pool_capacity, f);
             *at_mut(&mut cohort.pool_used, f) += draw;
         }
         cohort.members.push(t);
         cohort.version += 1;
         self.tenants[t as usize].cohort = Some(c);
+        self.recount_pool_capacity(c);
     }
 
     /// Applies one event. On error nothing changed.
@@ -2862,6 +2871,14 @@ impl State {
                 // draws past it.
                 if drawn != c.used(f) as u64 {
                     return Err(format!("cohort {} pool drifted", c.name));
+                }
+                if c.capacity(f) != self.lent_by_members(c, f) {
+                    return Err(format!(
+                        "cohort {} holds {} GPUs of flavor {f}, its members lend {}",
+                        c.name,
+                        c.capacity(f),
+                        self.lent_by_members(c, f)
+                    ));
                 }
             }
         }

@@ -98,3 +98,38 @@ fn every_event_of_every_fixture_reads_as_a_line_of_incident_review() {
         }
     }
 }
+
+#[test]
+fn an_older_releases_quota_past_the_bound_replays_and_the_pool_sums_it_saturating() {
+    // Releases before the 1,000,000-GPU bound took any u32. Such a lender
+    // fills its cohort's pool to the brim; lowered later, the pool holds
+    // exactly what its members lend again.
+    let configured = |name: &str, nominal: u32| Event::TenantConfigured {
+        spec: gpusched_model::TenantSpec {
+            name: name.into(),
+            cohort: Some("c".into()),
+            weight: 1.0,
+            queueing: Default::default(),
+            quotas: vec![gpusched_model::FlavorQuota {
+                flavor: "h100".into(),
+                nominal,
+                borrowing_limit: None,
+                lending_limit: None,
+                budget: None,
+            }],
+            priority_preemption: true,
+        },
+    };
+    let mut state = State::new();
+    for e in [configured("a", u32::MAX), configured("b", 8)] {
+        state.apply(&e).expect("an older log's quota still applies");
+    }
+    let (c, f) = (
+        state.cohort_idx("c").expect("cohort c"),
+        state.flavor("h100").expect("flavor h100"),
+    );
+    assert_eq!(state.cohort(c).capacity(f), u32::MAX);
+    state.apply(&configured("a", 100)).expect("lowered");
+    assert_eq!(state.cohort(c).capacity(f), 108);
+    state.check_invariants().expect("the invariants hold");
+}
