@@ -678,9 +678,9 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                     Err(quota::Blocked::Budget { .. }) => {}
                     Err(quota::Blocked::Quota { used, .. }) => {
                         if tenant.spec.priority_preemption {
-                            // Past a limit lowered under it, only the job's
-                            // own need is freed.
-                            let limit = tenant.limit(f).max(used);
+                            // Past a limit lowered under it, the overage is
+                            // freed too: the job could not start otherwise.
+                            let limit = tenant.limit(f);
                             return Some(Need {
                                 flavor: f,
                                 level,

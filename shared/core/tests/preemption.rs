@@ -605,6 +605,35 @@ fn a_borrowing_tenants_priority_job_takes_only_what_passes_its_limit() {
 }
 
 #[test]
+fn a_priority_job_past_a_lowered_limit_frees_the_overage_in_one_plan() {
+    // t holds 16 GPUs in two low-priority 1×8 jobs; its quota is lowered
+    // to 8. A priority 1×8 job needs 16 freed (8 over, 8 its own): both
+    // go in one plan, not one now and one later.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 3, 8, FLAVOR);
+    let mut t = tenant("t").quota(FLAVOR, 16);
+    t.0.priority_preemption = true;
+    d.tenant(t);
+    let low = [
+        d.submit(ckpt_job("t", 1, 8, "node", 600, 60)),
+        d.submit(ckpt_job("t", 1, 8, "node", 600, 60)),
+    ];
+    d.settle();
+    d.advance(600);
+    let mut lowered = tenant("t").quota(FLAVOR, 8);
+    lowered.0.priority_preemption = true;
+    d.tenant(lowered);
+    let high = d.submit(JobSpec {
+        priority: 5,
+        ..job("t", 1, 8, "node")
+    });
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, high);
+    assert_eq!(victim_set(&p[0].2), BTreeSet::from(low));
+}
+
+#[test]
 fn priority_preemption_switched_off_evicts_nothing() {
     let (mut d, [lo0, lo1], high) = priority_setup(false);
     let mut all = Vec::new();
