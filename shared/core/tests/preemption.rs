@@ -578,6 +578,19 @@ fn higher_priority_job_evicts_a_lower_one_of_its_tenant() {
     assert_eq!(d.phase(lo1), Phase::Running);
 }
 
+/// Submits a priority 1×8 job for t and runs until quiet; the victims of
+/// the one plan made, for that job.
+fn the_one_plan_for_a_priority_job(d: &mut Driver) -> Vec<Victim> {
+    let high = d.submit(JobSpec {
+        priority: 5,
+        ..job("t", 1, 8, "node")
+    });
+    let p = plans(&d.run_until_quiet());
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, high);
+    p[0].2.clone()
+}
+
 #[test]
 fn a_borrowing_tenants_priority_job_takes_only_what_passes_its_limit() {
     // t: 8 GPUs nominal, may borrow 8 more (limit 16), from l. Three of
@@ -594,14 +607,8 @@ fn a_borrowing_tenants_priority_job_takes_only_what_passes_its_limit() {
     }
     d.settle();
     d.advance(600);
-    let high = d.submit(JobSpec {
-        priority: 5,
-        ..job("t", 1, 8, "node")
-    });
-    let p = plans(&d.run_until_quiet());
-    assert_eq!(p.len(), 1, "{p:?}");
-    assert_eq!(p[0].0, high);
-    assert_eq!(p[0].2.len(), 1, "4 GPUs past the limit: {:?}", p[0].2);
+    let victims = the_one_plan_for_a_priority_job(&mut d);
+    assert_eq!(victims.len(), 1, "4 GPUs past the limit: {victims:?}");
 }
 
 #[test]
@@ -623,14 +630,8 @@ fn a_priority_job_past_a_lowered_limit_frees_the_overage_in_one_plan() {
     let mut lowered = tenant("t").quota(FLAVOR, 8);
     lowered.0.priority_preemption = true;
     d.tenant(lowered);
-    let high = d.submit(JobSpec {
-        priority: 5,
-        ..job("t", 1, 8, "node")
-    });
-    let p = plans(&d.run_until_quiet());
-    assert_eq!(p.len(), 1, "{p:?}");
-    assert_eq!(p[0].0, high);
-    assert_eq!(victim_set(&p[0].2), BTreeSet::from(low));
+    let victims = the_one_plan_for_a_priority_job(&mut d);
+    assert_eq!(victim_set(&victims), BTreeSet::from(low));
 }
 
 #[test]
