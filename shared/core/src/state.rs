@@ -2872,12 +2872,12 @@ impl State {
                 if drawn != c.used(f) as u64 {
                     return Err(format!("cohort {} pool drifted", c.name));
                 }
-                if c.capacity(f) != self.lent_by_members(c, f) {
+                let lent = self.lent_by_members(c, f);
+                if c.capacity(f) != lent {
                     return Err(format!(
-                        "cohort {} holds {} GPUs of flavor {f}, its members lend {}",
+                        "cohort {} holds {} GPUs of flavor {f}, its members lend {lent}",
                         c.name,
                         c.capacity(f),
-                        self.lent_by_members(c, f)
                     ));
                 }
             }
