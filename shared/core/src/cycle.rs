@@ -90,14 +90,10 @@ pub fn run_cycle_timed(
     out.stats.requeued = requeues.len() as u64;
     apply_all(state, &requeues, &mut out.events)?;
 
-    let (stops, ps) = timed(clock, Stage::Preemption, || {
+    let (stops, stats) = timed(clock, Stage::Preemption, || {
         preemption::decide(state, memo, cfg, now)
     });
-    out.stats.beneficiaries = ps.beneficiaries;
-    out.stats.victim_sets_costed = ps.max_sets_costed;
-    out.stats.victim_candidates = ps.candidates;
-    out.stats.preemptions_planned = ps.planned;
-    out.stats.preempted = ps.preempted;
+    out.stats.preemption = stats;
     apply_all(state, &stops, &mut out.events)?;
 
     let validations = timed(clock, Stage::Admission, || {
@@ -106,20 +102,14 @@ pub fn run_cycle_timed(
     out.stats.validated = validations.len() as u64;
     apply_all(state, &validations, &mut out.events)?;
 
-    let (admissions, qs) = timed(clock, Stage::Quota, || quota::decide(state, memo, cfg, now));
-    out.stats.quota_heads = qs.heads_examined;
-    out.stats.admitted = qs.admitted;
-    out.stats.tenants_skipped = qs.tenants_skipped;
+    let (admissions, stats) = timed(clock, Stage::Quota, || quota::decide(state, memo, cfg, now));
+    out.stats.quota = stats;
     apply_all(state, &admissions, &mut out.events)?;
 
-    let (bindings, ps) = timed(clock, Stage::Placement, || {
+    let (bindings, stats) = timed(clock, Stage::Placement, || {
         placement::decide(state, memo, cfg, now)
     });
-    out.stats.placement_heads = ps.heads_examined;
-    out.stats.domains_probed = ps.domains_probed;
-    out.stats.bound = ps.bound;
-    out.stats.reservations_made = ps.reservations;
-    out.stats.backfilled = ps.backfilled;
+    out.stats.placement = stats;
     apply_all(state, &bindings, &mut out.events)?;
     out.stats.decisions = out.events.len() as u64;
     Ok(out)

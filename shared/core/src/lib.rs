@@ -35,7 +35,7 @@ pub use capacity::{CapacityIndex, CapacityOverlay, DomainIdx, FlavorIdx};
 pub use cycle::{run_cycle, run_cycle_timed, Stage, StageClock};
 pub use goodput::{Account, Goodput, Summary as GoodputSummary, WaitReason};
 pub use limits::{CycleConfig, CycleStats, ScanMemo};
-pub use limits::{PreemptionConfig, VictimOrder};
+pub use limits::{PlacementStats, PreemptionConfig, PreemptionStats, QuotaStats, VictimOrder};
 pub use state::{
     mean_life_ms, worker_nodes, ApplyError, BudgetLedger, DecayedUse, Job, Node, NodeStatus, Phase,
     QueueKey, State, Tenant,

@@ -1,8 +1,8 @@
 //! What bounds a scheduling cycle and what a cycle remembers for the next:
 //! the limits (`CycleConfig`, with the preemption stage's
-//! `PreemptionConfig` and `VictimOrder`), what it scanned (`CycleStats`)
-//! and the scan memo (`ScanMemo`, with the preemption search's
-//! `SearchStamp`).
+//! `PreemptionConfig` and `VictimOrder`), what it scanned (`CycleStats`,
+//! with each stage's own) and the scan memo (`ScanMemo`, with the
+//! preemption search's `SearchStamp`).
 //!
 //! Owns: these plain data types, so that the cycle and every stage it runs
 //! (quota, placement, preemption) read them from here and none imports
@@ -52,48 +52,69 @@ impl Default for CycleConfig {
     }
 }
 
-/// What a cycle scanned and decided.
+/// What a cycle scanned and decided: its own counts, and each stage's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CycleStats {
     /// Submissions validated.
     pub validated: u64,
-    /// Queue heads examined by the quota stage.
-    pub quota_heads: u64,
-    /// Admitted jobs examined by the placement stage.
-    pub placement_heads: u64,
-    /// Topology domains probed.
-    pub domains_probed: u64,
-    /// Tenants skipped as unchanged since blocked.
-    pub tenants_skipped: u64,
-    /// Jobs admitted.
-    pub admitted: u64,
-    /// Jobs bound.
-    pub bound: u64,
     /// Jobs requeued from lost nodes.
     pub requeued: u64,
     /// Decision events emitted.
     pub decisions: u64,
-    /// Preemption: beneficiaries examined.
-    pub beneficiaries: u64,
-    /// Preemption: most victim sets costed for one beneficiary.
-    pub victim_sets_costed: u64,
-    /// Preemption: candidate victims looked at.
-    pub victim_candidates: u64,
-    /// Preemptions planned.
-    pub preemptions_planned: u64,
-    /// Victims stopped.
-    pub preempted: u64,
-    /// Reservations made or re-planned.
-    pub reservations_made: u64,
-    /// Jobs backfilled onto reserved nodes.
-    pub backfilled: u64,
+    /// What the preemption stage did.
+    pub preemption: PreemptionStats,
+    /// What the quota stage looked at.
+    pub quota: QuotaStats,
+    /// What the placement stage looked at.
+    pub placement: PlacementStats,
 }
 
 impl CycleStats {
     /// Heads examined in both stages.
     pub fn heads_examined(&self) -> u64 {
-        self.quota_heads + self.placement_heads
+        self.quota.heads_examined + self.placement.heads_examined
     }
+}
+
+/// What a preemption pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PreemptionStats {
+    /// Beneficiaries examined.
+    pub beneficiaries: u64,
+    /// Candidate victims looked at.
+    pub candidates: u64,
+    /// Victim sets costed (the most for one beneficiary).
+    pub max_sets_costed: u64,
+    /// Preemptions planned.
+    pub planned: u64,
+    /// Victims stopped.
+    pub preempted: u64,
+}
+
+/// What a quota pass looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuotaStats {
+    /// Queue heads examined.
+    pub heads_examined: u64,
+    /// Jobs admitted.
+    pub admitted: u64,
+    /// Tenants skipped because nothing changed since they were blocked.
+    pub tenants_skipped: u64,
+}
+
+/// What a placement pass looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlacementStats {
+    /// Admitted jobs examined.
+    pub heads_examined: u64,
+    /// Domains probed for room.
+    pub domains_probed: u64,
+    /// Jobs bound.
+    pub bound: u64,
+    /// Reservations made or re-planned.
+    pub reservations: u64,
+    /// Jobs backfilled onto reserved nodes.
+    pub backfilled: u64,
 }
 
 /// What earlier cycles found blocked, valid while the stamps hold. A pure

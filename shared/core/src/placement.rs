@@ -16,26 +16,11 @@
 //! version changes (GPUs freed, nodes added, new jobs admitted).
 
 use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
-use crate::limits::{CycleConfig, ScanMemo};
+use crate::limits::{CycleConfig, PlacementStats, ScanMemo};
 use crate::state::{Job, Phase, QueueKey, Reservation, State};
 use gpusched_events::{Assignment, Event, PendingReason};
 use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
-
-/// What a placement pass looked at.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PlacementStats {
-    /// Admitted jobs examined.
-    pub heads_examined: u64,
-    /// Domains probed for room.
-    pub domains_probed: u64,
-    /// Jobs bound.
-    pub bound: u64,
-    /// Reservations made or re-planned.
-    pub reservations: u64,
-    /// Jobs backfilled onto reserved nodes.
-    pub backfilled: u64,
-}
 
 /// What this pass took outside the capacity index: GPUs on reserved
 /// nodes, and nodes it reserved.

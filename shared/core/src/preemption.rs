@@ -35,8 +35,7 @@
 //! victims' GPUs are released).
 
 use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
-use crate::limits::{CycleConfig, ScanMemo};
-use crate::limits::{SearchStamp, VictimOrder};
+use crate::limits::{CycleConfig, PreemptionStats, ScanMemo, SearchStamp, VictimOrder};
 use crate::quota::{self, QuotaOverlay};
 use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
 use gpusched_events::{
@@ -46,21 +45,6 @@ use gpusched_model::{Gpus, JobId, NodeId, Timestamp};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
-
-/// What a preemption pass did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PreemptionStats {
-    /// Beneficiaries examined.
-    pub beneficiaries: u64,
-    /// Candidate victims looked at.
-    pub candidates: u64,
-    /// Victim sets costed (the most for one beneficiary).
-    pub max_sets_costed: u64,
-    /// Preemptions planned.
-    pub planned: u64,
-    /// Victims stopped.
-    pub preempted: u64,
-}
 
 #[derive(Clone, Debug)]
 struct Cand {

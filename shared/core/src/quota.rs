@@ -19,7 +19,7 @@
 //! its queue or cohort changes.
 
 use crate::capacity::{CapacityOverlay, FlavorIdx};
-use crate::limits::{CycleConfig, ScanMemo, TenantResume};
+use crate::limits::{CycleConfig, QuotaStats, ScanMemo, TenantResume};
 use crate::state::{CohortIdx, Job, QueueKey, State, TenantIdx};
 use gpusched_events::{Event, PendingReason};
 use gpusched_model::{Gpus, QueueingMode, Timestamp};
@@ -448,17 +448,6 @@ fn head_key(
         tenant: t,
         head,
     }
-}
-
-/// What a quota pass looked at.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QuotaStats {
-    /// Queue heads examined.
-    pub heads_examined: u64,
-    /// Jobs admitted.
-    pub admitted: u64,
-    /// Tenants skipped because nothing changed since they were blocked.
-    pub tenants_skipped: u64,
 }
 
 fn tenant_stamp(state: &State, t: TenantIdx) -> (u64, u64) {

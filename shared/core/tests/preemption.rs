@@ -840,7 +840,7 @@ fn preemptible_backfill_leaves_when_the_reservation_could_start() {
     d.finish(r2);
     d.finish(r1);
     let first = d.cycle();
-    assert_eq!(first.stats.preemptions_planned, 1, "the plan is counted");
+    assert_eq!(first.stats.preemption.planned, 1, "the plan is counted");
     let mut ev = first.events;
     ev.extend(d.run_until_quiet());
     let p = plans(&ev);
@@ -1447,15 +1447,15 @@ fn a_cycle_counts_what_its_preemption_stage_did() {
     let s = d.cycle().stats;
     assert_eq!(
         (
-            s.beneficiaries,
-            s.victim_candidates,
-            s.preemptions_planned,
-            s.preempted
+            s.preemption.beneficiaries,
+            s.preemption.candidates,
+            s.preemption.planned,
+            s.preemption.preempted
         ),
         (1, 2, 1, 0)
     );
     d.advance(30);
-    assert_eq!(d.cycle().stats.preempted, 2);
+    assert_eq!(d.cycle().stats.preemption.preempted, 2);
 }
 
 #[test]
@@ -1468,8 +1468,8 @@ fn a_search_that_failed_is_not_run_again_until_something_it_read_changes() {
     let o = d.submit(job("o", 1, 8, "node"));
     d.cycle(); // accepted; waits for quota
     let s = d.cycle().stats;
-    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 0));
-    assert_eq!(d.cycle().stats.beneficiaries, 0);
+    assert_eq!((s.preemption.beneficiaries, s.preemption.planned), (1, 0));
+    assert_eq!(d.cycle().stats.preemption.beneficiaries, 0);
     d.finish(b[0]);
     d.run_until_quiet();
     assert_eq!(d.phase(o), Phase::Bound);
@@ -1484,10 +1484,10 @@ fn a_search_that_failed_for_want_of_old_enough_victims_runs_again_once_they_are(
     d.submit(job("o", 1, 8, "node"));
     d.cycle(); // accepted; waits for quota
     let s = d.cycle().stats;
-    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 0));
+    assert_eq!((s.preemption.beneficiaries, s.preemption.planned), (1, 0));
     d.advance(60);
     let s = d.cycle().stats;
-    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 1));
+    assert_eq!((s.preemption.beneficiaries, s.preemption.planned), (1, 1));
 }
 
 #[test]
@@ -1508,9 +1508,9 @@ fn a_cycle_examines_at_most_max_beneficiaries() {
     }
     d.cycle(); // accepted; they wait for quota
     let s = d.cycle().stats;
-    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 1));
+    assert_eq!((s.preemption.beneficiaries, s.preemption.planned), (1, 1));
     let s = d.cycle().stats;
-    assert_eq!((s.beneficiaries, s.preemptions_planned), (1, 1));
+    assert_eq!((s.preemption.beneficiaries, s.preemption.planned), (1, 1));
 }
 
 #[test]
@@ -1672,7 +1672,7 @@ fn candidates_are_shared_among_the_borrowers() {
     d.advance(120);
     d.submit(job("o", 1, 8, "node"));
     d.cycle(); // accepted; waits for quota
-    assert_eq!(d.cycle().stats.victim_candidates, 4);
+    assert_eq!(d.cycle().stats.preemption.candidates, 4);
 }
 
 #[test]

@@ -346,8 +346,11 @@ fn assert_memo_hides_nothing(d: &Driver) {
         let decided = !decisions(&out.events).is_empty();
         // A cycle plans victims for one beneficiary per flavor: the next
         // one may plan for another, so a plan is work, not a settled state.
-        let examined =
-            s.quota_heads + s.placement_heads + s.validated + s.requeued + s.beneficiaries;
+        let examined = s.quota.heads_examined
+            + s.placement.heads_examined
+            + s.validated
+            + s.requeued
+            + s.preemption.beneficiaries;
         if examined == 0 && !decided {
             break;
         }

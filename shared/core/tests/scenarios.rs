@@ -702,9 +702,9 @@ fn cycle_scan_is_bounded_by_k_with_a_thousand_pending_jobs() {
         cycles += 1;
         assert!(cycles < 2000, "no progress");
         let out = d.cycle(); // asserts quota_heads, placement_heads ≤ 8
-        max_seen.0 = max_seen.0.max(out.stats.quota_heads);
-        max_seen.1 = max_seen.1.max(out.stats.placement_heads);
-        assert!(out.stats.admitted <= 8 && out.stats.bound <= 8);
+        max_seen.0 = max_seen.0.max(out.stats.quota.heads_examined);
+        max_seen.1 = max_seen.1.max(out.stats.placement.heads_examined);
+        assert!(out.stats.quota.admitted <= 8 && out.stats.placement.bound <= 8);
         d.advance(1);
         d.finish_all();
     }
@@ -1036,7 +1036,7 @@ fn a_best_effort_pass_cut_by_its_depth_goes_on_next_cycle() {
     // nothing more to decide, and no rescans.
     let out = d.cycle();
     assert!(out.events.is_empty(), "{:?}", out.events);
-    assert_eq!(out.stats.quota_heads, 0);
+    assert_eq!(out.stats.quota.heads_examined, 0);
 }
 
 #[test]
@@ -1055,7 +1055,7 @@ fn a_resumed_pass_starts_from_the_head_once_a_passed_job_starves() {
     let small = d.submit(job("a", 1, 2, "node"));
     let out = d.cycle();
     assert_eq!(
-        out.stats.quota_heads, 2,
+        out.stats.quota.heads_examined, 2,
         "the first pass stops at the depth bound"
     );
     assert_eq!(d.phase(small), Phase::Queued);
@@ -1165,7 +1165,10 @@ fn a_best_effort_queue_with_no_room_for_one_gpu_more_is_looked_at_once_then_park
     let other = d.submit(job("u", 1, 8, "node"));
     let out = d.cycle();
     assert_eq!(d.phase(other), Phase::Bound);
-    assert_eq!((out.stats.quota_heads, out.stats.admitted), (2, 1));
+    assert_eq!(
+        (out.stats.quota.heads_examined, out.stats.quota.admitted),
+        (2, 1)
+    );
     let reasons: Vec<JobId> = out
         .events
         .iter()
@@ -1176,6 +1179,6 @@ fn a_best_effort_queue_with_no_room_for_one_gpu_more_is_looked_at_once_then_park
         .collect();
     assert_eq!(reasons, [waiting[0]]);
     let again = d.cycle();
-    assert_eq!(again.stats.tenants_skipped, 1);
+    assert_eq!(again.stats.quota.tenants_skipped, 1);
     assert!(again.events.is_empty(), "{:?}", again.events);
 }

@@ -1104,11 +1104,11 @@ impl Simulator {
             self.measurements.cycles.push(CycleSample {
                 elapsed_us: elapsed.as_micros().min(u32::MAX as u128) as u32,
                 heads_examined: s.heads_examined() as u32,
-                domains_probed: s.domains_probed as u32,
+                domains_probed: s.placement.domains_probed as u32,
                 decisions: s.decisions as u32,
                 victim_us: clock.last_us,
-                beneficiaries: s.beneficiaries as u32,
-                victim_sets: s.victim_sets_costed as u32,
+                beneficiaries: s.preemption.beneficiaries as u32,
+                victim_sets: s.preemption.max_sets_costed as u32,
             });
             self.measurements.decisions += s.decisions;
             self.measurements.events += out.events.len() as u64;

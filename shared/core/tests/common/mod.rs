@@ -267,15 +267,15 @@ impl Driver {
         }
         let s = out.stats;
         assert!(
-            s.quota_heads <= self.cfg.max_heads as u64,
+            s.quota.heads_examined <= self.cfg.max_heads as u64,
             "quota heads {} > K {}",
-            s.quota_heads,
+            s.quota.heads_examined,
             self.cfg.max_heads
         );
         assert!(
-            s.placement_heads <= self.cfg.max_heads as u64,
+            s.placement.heads_examined <= self.cfg.max_heads as u64,
             "placement heads {} > K {}",
-            s.placement_heads,
+            s.placement.heads_examined,
             self.cfg.max_heads
         );
         assert!(s.validated <= self.cfg.max_validations as u64);
