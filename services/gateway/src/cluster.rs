@@ -520,14 +520,14 @@ impl FromRequestParts<Gateway> for NodeRequest {
 }
 
 impl NodeRequest {
-    /// Writes `make(node)` if the node's state is one of `allowed`: 403
-    /// for a tenant's token, 404 for no such node, 409 naming `verb`
-    /// otherwise.
+    /// Writes `make(node)`, which sets the node to `to`, if its status
+    /// may be set so: 403 for a tenant's token, 404 for no such node, 409
+    /// naming `verb` otherwise.
     async fn change(
         self,
-        make: impl FnOnce(NodeId) -> Event,
-        allowed: &[NodeStatus],
+        to: NodeStatus,
         verb: &str,
+        make: impl FnOnce(NodeId) -> Event,
     ) -> Result<Json<ChangeReply>, ApiError> {
         let NodeRequest { who, gw, raw } = self;
         let raw = raw?;
@@ -537,13 +537,10 @@ impl NodeRequest {
             let s = p.state();
             let node = node_of(s, &raw)?;
             let status = s.nodes()[node.index()].status;
-            if !allowed.contains(&status) {
+            if !status.may_be_set_to(to) {
+                let status = status_word(status);
                 return Err(ApiError::conflict(format!(
-                    "node {raw} is {}; cannot {verb} it",
-                    serde_json::to_value(status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default()
+                    "node {raw} is {status}; cannot {verb} it"
                 )));
             }
             node
@@ -555,15 +552,20 @@ impl NodeRequest {
             .map_err(write_failed)?;
         gw.caught_up(w.seq).await;
         let p = read_view(&gw.view);
-        let now = p
-            .state()
-            .nodes()
-            .get(node.index())
-            .and_then(|n| serde_json::to_value(n.status).ok())
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        Ok(Json(ChangeReply { seq: w.seq, now }))
+        let now = p.state().nodes().get(node.index());
+        Ok(Json(ChangeReply {
+            seq: w.seq,
+            now: now.map(|n| status_word(n.status)).unwrap_or_default(),
+        }))
     }
+}
+
+/// A node status as the API names it.
+fn status_word(status: NodeStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Cordon a node (admin): no new work is placed on it; running jobs stay.
@@ -576,11 +578,9 @@ impl NodeRequest {
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn cordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    req.change(
-        |node| Event::NodeCordoned { node },
-        &[NodeStatus::Ready],
-        "cordon",
-    )
+    req.change(NodeStatus::Cordoned, "cordon", |node| Event::NodeCordoned {
+        node,
+    })
     .await
 }
 
@@ -595,11 +595,9 @@ pub async fn cordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn drain_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    req.change(
-        |node| Event::NodeDrained { node },
-        &[NodeStatus::Ready, NodeStatus::Cordoned],
-        "drain",
-    )
+    req.change(NodeStatus::Drained, "drain", |node| Event::NodeDrained {
+        node,
+    })
     .await
 }
 
@@ -618,11 +616,10 @@ pub async fn drain_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError>
     security(("bearer" = [])))]
 pub async fn evict_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
     let at = gpusched_runtime::wall_clock();
-    req.change(
-        move |node| Event::NodeEvicted { node, at },
-        &[NodeStatus::Ready, NodeStatus::Cordoned, NodeStatus::Drained],
-        "evict",
-    )
+    req.change(NodeStatus::Evicted, "evict", |node| Event::NodeEvicted {
+        node,
+        at,
+    })
     .await
 }
 
@@ -636,15 +633,9 @@ pub async fn evict_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError>
         Unauthorized, NotAdmin, WritesBusy, NothingWritten),
     security(("bearer" = [])))]
 pub async fn uncordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    req.change(
-        |node| Event::NodeUncordoned { node },
-        &[
-            NodeStatus::Cordoned,
-            NodeStatus::Drained,
-            NodeStatus::Evicted,
-        ],
-        "uncordon",
-    )
+    req.change(NodeStatus::Ready, "uncordon", |node| {
+        Event::NodeUncordoned { node }
+    })
     .await
 }
 

@@ -303,6 +303,25 @@ pub enum NodeStatus {
     Evicted,
 }
 
+impl NodeStatus {
+    /// Whether a node of this status may be set to `to` by an operator or
+    /// by the loss of its agent: cordoned when ready; drained when ready or
+    /// cordoned; evicted when in any status but lost; ready again
+    /// (uncordoned) when cordoned, drained or evicted; lost once. A lost
+    /// node comes back only by rejoining, which is not this rule. The one
+    /// place for it: the log's check and the gateway's answer both ask here.
+    pub fn may_be_set_to(self, to: NodeStatus) -> bool {
+        use NodeStatus::{Cordoned, Drained, Evicted, Lost, Ready};
+        match to {
+            Ready => matches!(self, Cordoned | Drained | Evicted),
+            Cordoned => self == Ready,
+            Drained => matches!(self, Ready | Cordoned),
+            Evicted => matches!(self, Ready | Cordoned | Drained),
+            Lost => self != Lost,
+        }
+    }
+}
+
 /// A node as the scheduler knows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
@@ -1639,15 +1658,7 @@ impl State {
         kind: &'static str,
     ) -> Result<(), ApplyError> {
         let n = self.node_checked(node)?;
-        let legal = match to {
-            NodeStatus::Cordoned => n.status == NodeStatus::Ready,
-            NodeStatus::Evicted => matches!(
-                n.status,
-                NodeStatus::Ready | NodeStatus::Cordoned | NodeStatus::Drained
-            ),
-            _ => matches!(n.status, NodeStatus::Ready | NodeStatus::Cordoned),
-        };
-        if !legal {
+        if !n.status.may_be_set_to(to) {
             return Err(ApplyError::IllegalNodeTransition {
                 node,
                 from: n.status,
@@ -1669,10 +1680,7 @@ impl State {
     /// Checks the node is cordoned or drained; makes it ready again.
     fn on_node_uncordoned(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
         let n = self.node_checked(node)?;
-        if !matches!(
-            n.status,
-            NodeStatus::Cordoned | NodeStatus::Drained | NodeStatus::Evicted
-        ) {
+        if !n.status.may_be_set_to(NodeStatus::Ready) {
             return Err(ApplyError::IllegalNodeTransition {
                 node,
                 from: n.status,
@@ -1691,7 +1699,7 @@ impl State {
     /// the capacity index, orphans its jobs and releases its reservation.
     fn on_node_lost(&mut self, node: NodeId, kind: &'static str) -> Result<(), ApplyError> {
         let n = self.node_checked(node)?;
-        if n.status == NodeStatus::Lost {
+        if !n.status.may_be_set_to(NodeStatus::Lost) {
             return Err(ApplyError::IllegalNodeTransition {
                 node,
                 from: n.status,
