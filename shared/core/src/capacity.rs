@@ -404,11 +404,7 @@ impl CapacityIndex {
     /// level could hold with all present nodes idle; probes domains from the
     /// largest down and stops at the first that holds `workers`.
     pub fn max_domain_slots(&self, f: FlavorIdx, level: u8, workers: u32, g: Gpus) -> u64 {
-        let Some(set) = self
-            .by_capacity
-            .get(f as usize)
-            .and_then(|l| l.get(level as usize))
-        else {
+        let Some(set) = cell(&self.by_capacity, f as usize, level as usize) else {
             return 0;
         };
         let mut best = 0;
@@ -439,11 +435,7 @@ impl CapacityIndex {
 
     /// Most free GPUs in one domain of this flavor and level.
     pub fn largest_free(&self, ov: &CapacityOverlay, f: FlavorIdx, level: u8) -> Gpus {
-        let Some(set) = self
-            .by_free
-            .get(f as usize)
-            .and_then(|l| l.get(level as usize))
-        else {
+        let Some(set) = cell(&self.by_free, f as usize, level as usize) else {
             return 0;
         };
         let untouched = set
@@ -533,9 +525,8 @@ impl CapacityIndex {
         f: FlavorIdx,
         level: u8,
     ) -> impl Iterator<Item = DomainIdx> + '_ {
-        self.by_free
-            .get(f as usize)
-            .and_then(|l| l.get(level as usize))
+        let by_free = cell(&self.by_free, f as usize, level as usize);
+        by_free
             .into_iter()
             .flat_map(|s| s.iter().rev().map(|&(_, d)| d))
     }
@@ -674,6 +665,12 @@ impl CapacityIndex {
         }
         Ok(())
     }
+}
+
+/// The cell at `row`, `col` of a table kept as a vector of rows, if the
+/// table reaches it (rows grow only as they are written).
+pub(crate) fn cell<T>(table: &[Vec<T>], row: usize, col: usize) -> Option<&T> {
+    table.get(row).and_then(|r| r.get(col))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! transition. `apply` checks an event completely before it changes
 //! anything, so a refused event leaves the state untouched.
 
-use crate::capacity::{CapacityIndex, FlavorIdx};
+use crate::capacity::{cell, CapacityIndex, FlavorIdx};
 use gpusched_events::{
     Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
     QueueState, RejectReason, RequeueReason, Victim,
@@ -873,12 +873,8 @@ impl State {
         t: TenantIdx,
         f: FlavorIdx,
     ) -> impl Iterator<Item = JobId> + '_ {
-        self.candidates
-            .get(t as usize)
-            .and_then(|v| v.get(f as usize))
-            .into_iter()
-            .flatten()
-            .map(|&(_, j)| j)
+        let by_cost = cell(&self.candidates, t as usize, f as usize);
+        by_cost.into_iter().flatten().map(|&(_, j)| j)
     }
     /// Tenants of cohort `c` other than `except` that use more than their
     /// nominal quota of flavor `f`: the borrowers a reclaim may take from.
