@@ -294,30 +294,12 @@ pub(crate) mod tests {
     /// with the state after each.
     pub(crate) fn bound_and_running() -> (Vec<Event>, State, Timestamp) {
         let mut events = vec![Event::TenantConfigured {
-            spec: TenantSpec {
-                name: "ml".into(),
-                cohort: None,
-                weight: 1.0,
-                queueing: Default::default(),
-                quotas: vec![FlavorQuota {
-                    flavor: "h100".into(),
-                    nominal: 16,
-                    borrowing_limit: None,
-                    lending_limit: None,
-                    budget: None,
-                }],
-                priority_preemption: true,
-            },
+            spec: TenantSpec::new("ml", vec![FlavorQuota::new("h100", 16)]),
         }];
         for n in 0..2u32 {
             events.push(Event::NodeAdded {
                 node: NodeId(n),
-                spec: NodeSpec {
-                    name: format!("n{n}"),
-                    flavor: "h100".into(),
-                    gpus: 8,
-                    path: vec!["r0".into(), "b0".into()],
-                },
+                spec: NodeSpec::new(format!("n{n}"), "h100", 8, &["r0", "b0"]),
                 at: Timestamp(1_000),
             });
         }

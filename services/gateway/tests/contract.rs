@@ -31,18 +31,8 @@ const HUNG_AFTER: Duration = Duration::from_secs(300);
 
 fn tenant(name: &str) -> TenantSpec {
     TenantSpec {
-        name: name.into(),
         cohort: Some("research".into()),
-        weight: 1.0,
-        queueing: Default::default(),
-        quotas: vec![FlavorQuota {
-            flavor: H100.into(),
-            nominal: 16,
-            borrowing_limit: None,
-            lending_limit: None,
-            budget: None,
-        }],
-        priority_preemption: true,
+        ..TenantSpec::new(name, vec![FlavorQuota::new(H100, 16)])
     }
 }
 
@@ -63,12 +53,12 @@ fn seed_events() -> Vec<Event> {
     for i in 0..4u32 {
         events.push(Event::NodeAdded {
             node: NodeId(i),
-            spec: NodeSpec {
-                name: format!("n{i}"),
-                flavor: H100.into(),
-                gpus: 8,
-                path: vec!["rack-0".into(), format!("block-{}", i / 2)],
-            },
+            spec: NodeSpec::new(
+                format!("n{i}"),
+                H100,
+                8,
+                &["rack-0", &format!("block-{}", i / 2)],
+            ),
             at: Timestamp(1),
         });
     }

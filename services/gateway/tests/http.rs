@@ -37,18 +37,8 @@ impl Drop for Api {
 
 fn tenant(name: &str, nominal: u32) -> TenantSpec {
     TenantSpec {
-        name: name.into(),
         cohort: Some("research".into()),
-        weight: 1.0,
-        queueing: Default::default(),
-        quotas: vec![FlavorQuota {
-            flavor: H100.into(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-            budget: None,
-        }],
-        priority_preemption: true,
+        ..TenantSpec::new(name, vec![FlavorQuota::new(H100, nominal)])
     }
 }
 
@@ -75,12 +65,12 @@ async fn api() -> Api {
     for i in 0..4u32 {
         events.push(Event::NodeAdded {
             node: NodeId(i),
-            spec: NodeSpec {
-                name: format!("n{i}"),
-                flavor: H100.into(),
-                gpus: 8,
-                path: vec!["rack-0".into(), format!("block-{}", i / 2)],
-            },
+            spec: NodeSpec::new(
+                format!("n{i}"),
+                H100,
+                8,
+                &["rack-0", &format!("block-{}", i / 2)],
+            ),
             at: Timestamp(1),
         });
     }

@@ -155,18 +155,8 @@ fn spawn<D: Decider + 'static>(s: &mut Stack, name: &str, make: impl Fn() -> D +
 
 fn tenant() -> TenantSpec {
     TenantSpec {
-        name: "vision".into(),
-        cohort: None,
-        weight: 1.0,
-        queueing: Default::default(),
-        quotas: vec![FlavorQuota {
-            flavor: FLAVOR.into(),
-            nominal: 8,
-            borrowing_limit: None,
-            lending_limit: None,
-            budget: None,
-        }],
         priority_preemption: false,
+        ..TenantSpec::new("vision", vec![FlavorQuota::new(FLAVOR, 8)])
     }
 }
 
@@ -210,12 +200,7 @@ async fn stack(stages: &[&str]) -> Stack {
         Event::TenantConfigured { spec: tenant() },
         Event::NodeAdded {
             node: NodeId(0),
-            spec: NodeSpec {
-                name: "n0".into(),
-                flavor: FLAVOR.into(),
-                gpus: 8,
-                path: vec![],
-            },
+            spec: NodeSpec::new("n0", FLAVOR, 8, &[]),
             at: Timestamp(1),
         },
     ];

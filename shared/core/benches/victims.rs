@@ -43,12 +43,12 @@ fn build(borrower_jobs: u32) -> State {
                     &mut s,
                     Event::NodeAdded {
                         node: NodeId(id),
-                        spec: NodeSpec {
-                            name: format!("r{r}-b{b}-n{n}"),
-                            flavor: "h100".into(),
-                            gpus: 8,
-                            path: vec![format!("r{r}"), format!("b{b}")],
-                        },
+                        spec: NodeSpec::new(
+                            format!("r{r}-b{b}-n{n}"),
+                            "h100",
+                            8,
+                            &[&format!("r{r}"), &format!("b{b}")],
+                        ),
                         at: Timestamp(0),
                     },
                 );
@@ -68,18 +68,9 @@ fn build(borrower_jobs: u32) -> State {
             &mut s,
             Event::TenantConfigured {
                 spec: TenantSpec {
-                    name: name.into(),
                     cohort: Some("org".into()),
-                    weight: 1.0,
                     queueing: QueueingMode::BestEffortFifo,
-                    quotas: vec![FlavorQuota {
-                        flavor: "h100".into(),
-                        nominal,
-                        borrowing_limit: None,
-                        lending_limit: None,
-                        budget: None,
-                    }],
-                    priority_preemption: true,
+                    ..TenantSpec::new(name, vec![FlavorQuota::new("h100", nominal)])
                 },
             },
         );

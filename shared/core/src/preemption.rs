@@ -1415,29 +1415,11 @@ mod cost_examples {
         };
         let events = [
             Event::TenantConfigured {
-                spec: TenantSpec {
-                    name: "ml".into(),
-                    cohort: None,
-                    weight: 1.0,
-                    queueing: Default::default(),
-                    quotas: vec![FlavorQuota {
-                        flavor: "h100".into(),
-                        nominal: 8,
-                        borrowing_limit: None,
-                        lending_limit: None,
-                        budget: None,
-                    }],
-                    priority_preemption: true,
-                },
+                spec: TenantSpec::new("ml", vec![FlavorQuota::new("h100", 8)]),
             },
             Event::NodeAdded {
                 node: NodeId(0),
-                spec: NodeSpec {
-                    name: "n0".into(),
-                    flavor: "h100".into(),
-                    gpus: 8,
-                    path: vec!["r0".into(), "b0".into()],
-                },
+                spec: NodeSpec::new("n0", "h100", 8, &["r0", "b0"]),
                 at: Timestamp(0),
             },
             Event::JobSubmitted {

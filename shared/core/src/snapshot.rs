@@ -210,33 +210,24 @@ mod tests {
         let mut s = State::new();
         let mut events = vec![Event::TenantConfigured {
             spec: TenantSpec {
-                name: "ml".into(),
                 cohort: Some("c".into()),
-                weight: 1.0,
-                queueing: Default::default(),
-                quotas: vec![FlavorQuota {
-                    flavor: "h100".into(),
-                    nominal: 16,
-                    borrowing_limit: None,
-                    lending_limit: None,
-                    budget: Some(gpusched_model::Budget {
-                        gpu_hours: 1_000,
-                        period: gpusched_model::BudgetPeriod::Month,
-                        when_spent: gpusched_model::WhenSpent::Wait,
-                    }),
-                }],
-                priority_preemption: true,
+                ..TenantSpec::new(
+                    "ml",
+                    vec![FlavorQuota {
+                        budget: Some(gpusched_model::Budget {
+                            gpu_hours: 1_000,
+                            period: gpusched_model::BudgetPeriod::Month,
+                            when_spent: gpusched_model::WhenSpent::Wait,
+                        }),
+                        ..FlavorQuota::new("h100", 16)
+                    }],
+                )
             },
         }];
         for n in 0..2u32 {
             events.push(Event::NodeAdded {
                 node: NodeId(n),
-                spec: NodeSpec {
-                    name: format!("n{n}"),
-                    flavor: "h100".into(),
-                    gpus: 8,
-                    path: vec!["r0".into(), format!("b{n}")],
-                },
+                spec: NodeSpec::new(format!("n{n}"), "h100", 8, &["r0", &format!("b{n}")]),
                 at: Timestamp(1_000),
             });
         }

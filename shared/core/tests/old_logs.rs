@@ -106,18 +106,11 @@ fn an_older_releases_quota_past_the_bound_replays_and_the_pool_sums_it_saturatin
     // exactly what its members lend again.
     let configured = |name: &str, nominal: u32| Event::TenantConfigured {
         spec: gpusched_model::TenantSpec {
-            name: name.into(),
             cohort: Some("c".into()),
-            weight: 1.0,
-            queueing: Default::default(),
-            quotas: vec![gpusched_model::FlavorQuota {
-                flavor: "h100".into(),
-                nominal,
-                borrowing_limit: None,
-                lending_limit: None,
-                budget: None,
-            }],
-            priority_preemption: true,
+            ..gpusched_model::TenantSpec::new(
+                name,
+                vec![gpusched_model::FlavorQuota::new("h100", nominal)],
+            )
         },
     };
     let mut state = State::new();

@@ -484,12 +484,7 @@ mod tests {
             },
             Event::NodeAdded {
                 node: n,
-                spec: NodeSpec {
-                    name: "n7".into(),
-                    flavor: "h100".into(),
-                    gpus: 8,
-                    path: vec!["r0".into(), "b1".into()],
-                },
+                spec: NodeSpec::new("n7", "h100", 8, &["r0", "b1"]),
                 at: t,
             },
             Event::NodeCordoned { node: n },

@@ -136,6 +136,19 @@ pub struct FlavorQuota {
 }
 
 impl FlavorQuota {
+    /// A quota of `nominal` GPUs of `flavor`, with every other field as a
+    /// configuration that leaves it out gets it (borrowing and lending
+    /// unlimited, no budget).
+    pub fn new(flavor: impl Into<String>, nominal: Gpus) -> Self {
+        FlavorQuota {
+            flavor: flavor.into(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+            budget: None,
+        }
+    }
+
     /// The part of nominal quota lendable to the cohort.
     pub fn lendable(&self) -> Gpus {
         self.lending_limit
@@ -500,6 +513,20 @@ impl JobSpec {
 pub const MAX_QUOTA_GPUS: Gpus = 1_000_000;
 
 impl TenantSpec {
+    /// A tenant named `name` with `quotas`, with every other field as a
+    /// configuration that leaves it out gets it (no cohort, weight 1,
+    /// strict FIFO, priority preemption on).
+    pub fn new(name: impl Into<String>, quotas: Vec<FlavorQuota>) -> Self {
+        TenantSpec {
+            name: name.into(),
+            cohort: None,
+            weight: default_weight(),
+            queueing: QueueingMode::default(),
+            quotas,
+            priority_preemption: default_true(),
+        }
+    }
+
     /// [`TenantSpec::check_fields`], and every quota, borrowing limit and
     /// lending limit at most [`MAX_QUOTA_GPUS`]: the checks a new
     /// configuration passes (the gateway, the CLI, cluster files). The log
@@ -550,6 +577,22 @@ impl TenantSpec {
 }
 
 impl NodeSpec {
+    /// A node `name` of `gpus` GPUs of `flavor` at topology `path`
+    /// (outermost level first).
+    pub fn new(
+        name: impl Into<String>,
+        flavor: impl Into<String>,
+        gpus: Gpus,
+        path: &[&str],
+    ) -> Self {
+        NodeSpec {
+            name: name.into(),
+            flavor: flavor.into(),
+            gpus,
+            path: path.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
     /// Field-level checks against the number of configured topology levels.
     pub fn check_fields(&self, levels: usize) -> Result<(), FieldError> {
         if self.name.trim().is_empty() {
@@ -620,19 +663,13 @@ mod tests {
 
     #[test]
     fn a_new_quota_past_the_bound_names_its_field_but_the_log_still_takes_it() {
-        let q = |nominal, borrowing_limit, lending_limit| TenantSpec {
-            name: "t".into(),
-            cohort: Some("c".into()),
-            weight: 1.0,
-            queueing: Default::default(),
-            quotas: vec![FlavorQuota {
-                flavor: "h100".into(),
-                nominal,
+        let q = |nominal, borrowing_limit, lending_limit| {
+            let quota = FlavorQuota {
                 borrowing_limit,
                 lending_limit,
-                budget: None,
-            }],
-            priority_preemption: true,
+                ..FlavorQuota::new("h100", nominal)
+            };
+            TenantSpec::new("t", vec![quota])
         };
         assert!(q(MAX_QUOTA_GPUS, Some(MAX_QUOTA_GPUS), None)
             .check_new()
@@ -665,11 +702,8 @@ mod tests {
     #[test]
     fn lendable_is_capped_by_nominal() {
         let q = FlavorQuota {
-            flavor: "x".into(),
-            nominal: 8,
-            borrowing_limit: None,
             lending_limit: Some(20),
-            budget: None,
+            ..FlavorQuota::new("x", 8)
         };
         assert_eq!(q.lendable(), 8);
     }

@@ -38,18 +38,10 @@ pub fn trainer() -> String {
 
 pub fn tenant(name: &str, nominal: u32) -> TenantSpec {
     TenantSpec {
-        name: name.into(),
         cohort: Some("c".into()),
-        weight: 1.0,
         queueing: QueueingMode::BestEffortFifo,
-        quotas: vec![FlavorQuota {
-            flavor: FLAVOR.into(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-            budget: None,
-        }],
         priority_preemption: false,
+        ..TenantSpec::new(name, vec![FlavorQuota::new(FLAVOR, nominal)])
     }
 }
 

@@ -35,12 +35,12 @@ pub fn cluster() -> State {
             for n in 0..25 {
                 let e = Event::NodeAdded {
                     node: NodeId(id),
-                    spec: NodeSpec {
-                        name: format!("r{r}-b{b}-n{n}"),
-                        flavor: "h100-80g".into(),
-                        gpus: 8,
-                        path: vec![format!("r{r}"), format!("b{b}")],
-                    },
+                    spec: NodeSpec::new(
+                        format!("r{r}-b{b}-n{n}"),
+                        "h100-80g",
+                        8,
+                        &[&format!("r{r}"), &format!("b{b}")],
+                    ),
                     at: Timestamp(0),
                 };
                 s.apply(&e).expect("node");
@@ -51,22 +51,16 @@ pub fn cluster() -> State {
     for t in 0..TENANTS {
         let e = Event::TenantConfigured {
             spec: TenantSpec {
-                name: format!("team-{t}"),
                 cohort: Some("org".into()),
-                weight: 1.0,
                 queueing: if t % 2 == 0 {
                     QueueingMode::BestEffortFifo
                 } else {
                     QueueingMode::StrictFifo
                 },
-                quotas: vec![FlavorQuota {
-                    flavor: "h100-80g".into(),
-                    nominal: 20_000,
-                    borrowing_limit: None,
-                    lending_limit: None,
-                    budget: None,
-                }],
-                priority_preemption: true,
+                ..TenantSpec::new(
+                    format!("team-{t}"),
+                    vec![FlavorQuota::new("h100-80g", 20_000)],
+                )
             },
         };
         s.apply(&e).expect("tenant");

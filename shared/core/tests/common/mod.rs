@@ -25,14 +25,7 @@ pub struct TenantBuilder(pub TenantSpec);
 
 /// A tenant named `name`: no cohort, weight 1, strict FIFO, no quotas yet.
 pub fn tenant(name: &str) -> TenantBuilder {
-    TenantBuilder(TenantSpec {
-        name: name.to_string(),
-        cohort: None,
-        weight: 1.0,
-        queueing: QueueingMode::StrictFifo,
-        quotas: Vec::new(),
-        priority_preemption: true,
-    })
+    TenantBuilder(TenantSpec::new(name, Vec::new()))
 }
 
 impl TenantBuilder {
@@ -57,13 +50,7 @@ impl TenantBuilder {
     }
     /// Adds a quota: unlimited borrowing, lends all of nominal.
     pub fn quota(mut self, flavor: &str, nominal: Gpus) -> Self {
-        self.0.quotas.push(FlavorQuota {
-            flavor: flavor.to_string(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-            budget: None,
-        });
+        self.0.quotas.push(FlavorQuota::new(flavor, nominal));
         self
     }
     /// Sets the borrowing limit of the last quota added.
@@ -197,12 +184,7 @@ impl Driver {
         let id = NodeId(self.state.nodes().len() as u32);
         self.apply(Event::NodeAdded {
             node: id,
-            spec: NodeSpec {
-                name: format!("node-{}", id.0),
-                flavor: flavor.to_string(),
-                gpus,
-                path: vec![rack.to_string(), block.to_string()],
-            },
+            spec: NodeSpec::new(format!("node-{}", id.0), flavor, gpus, &[rack, block]),
             at: self.now,
         });
         id

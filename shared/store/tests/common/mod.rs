@@ -39,18 +39,10 @@ pub fn job_spec(t: &str, workers: u32, gpw: u32, priority: i32) -> JobSpec {
 /// A tenant with a nominal quota of `nominal` GPUs of `FLAVOR`.
 pub fn tenant_spec(name: &str, nominal: u32) -> TenantSpec {
     TenantSpec {
-        name: name.to_string(),
         cohort: Some("all".to_string()),
         weight: 1.5,
         queueing: QueueingMode::BestEffortFifo,
-        quotas: vec![FlavorQuota {
-            flavor: FLAVOR.to_string(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-            budget: None,
-        }],
-        priority_preemption: true,
+        ..TenantSpec::new(name, vec![FlavorQuota::new(FLAVOR, nominal)])
     }
 }
 
@@ -94,12 +86,12 @@ pub fn scheduling_run() -> Run {
             for _ in 0..2 {
                 setup.push(Event::NodeAdded {
                     node: NodeId(id),
-                    spec: NodeSpec {
-                        name: format!("node-{id}"),
-                        flavor: FLAVOR.to_string(),
-                        gpus: 8,
-                        path: vec![format!("r{r}"), format!("b{b}")],
-                    },
+                    spec: NodeSpec::new(
+                        format!("node-{id}"),
+                        FLAVOR.to_string(),
+                        8,
+                        &[&format!("r{r}"), &format!("b{b}")],
+                    ),
                     at: now,
                 });
                 id += 1;
