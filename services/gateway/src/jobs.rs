@@ -33,33 +33,22 @@ fn parse_phase(s: &str) -> Option<Phase> {
     Phase::ALL.iter().copied().find(|p| phase_name(*p) == s)
 }
 
-/// A job's state as the API names it (the document's enum of
-/// [`phase_name`]; the handlers work with strings).
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum JobState {
-    /// Recorded, not yet judged by admission.
-    Submitted,
-    /// Waiting in its tenant's queue.
-    Queued,
-    /// Quota charged; waiting for GPUs.
-    Admitted,
-    /// GPUs chosen; its agents are starting it.
-    Bound,
-    /// Running.
-    Running,
-    /// Ended well.
-    Succeeded,
-    /// Ended badly.
-    Failed,
-    /// Cancelled by its user or an admin.
-    Cancelled,
-    /// Refused by admission.
-    Rejected,
-    /// Being preempted: checkpointing and stopping.
-    Preempting,
+/// A job's state as the API names it: the document's enum of
+/// [`phase_name`] of every [`Phase`] (the handlers work with strings).
+pub struct JobState;
+
+impl utoipa::PartialSchema for JobState {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let names = Phase::ALL.iter().map(|p| phase_name(*p));
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("Where a job is in its life"))
+            .enum_values(Some(names))
+            .into()
+    }
 }
+
+impl ToSchema for JobState {}
 
 /// The largest id or sequence number: the log keeps them as signed 64-bit
 /// numbers (`gpusched_store::SEQ_MAX`).
