@@ -311,38 +311,25 @@ impl Cluster {
         }
         let d = CycleConfig::default();
         let s = &file.scheduler;
+        // A setting in seconds, or the default in ms (never wrapping).
+        let ms = |secs: Option<u64>, default: u64| secs.map_or(default, |x| x.saturating_mul(1000));
+        let at_least_one = |v: Option<usize>, default: usize| v.unwrap_or(default).max(1);
+        let p = &d.preemption;
         let cycle = CycleConfig {
-            max_heads: s.max_heads.unwrap_or(d.max_heads).max(1),
-            max_heads_per_tenant: s
-                .max_heads_per_tenant
-                .unwrap_or(d.max_heads_per_tenant)
-                .max(1),
-            max_validations: s.max_validations.unwrap_or(d.max_validations).max(1),
+            max_heads: at_least_one(s.max_heads, d.max_heads),
+            max_heads_per_tenant: at_least_one(s.max_heads_per_tenant, d.max_heads_per_tenant),
+            max_validations: at_least_one(s.max_validations, d.max_validations),
             reservations: s.reservations.unwrap_or(d.reservations),
-            starvation_ms: s.starvation_s.map_or(d.starvation_ms, |x| x * 1000),
-            reservation_domains: s
-                .reservation_domains
-                .unwrap_or(d.reservation_domains)
-                .max(1),
+            starvation_ms: ms(s.starvation_s, d.starvation_ms),
+            reservation_domains: at_least_one(s.reservation_domains, d.reservation_domains),
             preemption: gpusched_core::PreemptionConfig {
-                grace_ms: s.grace_s.map_or(d.preemption.grace_ms, |x| x * 1000),
-                max_checkpoint_grace_ms: s
-                    .max_checkpoint_grace_s
-                    .map_or(d.preemption.max_checkpoint_grace_ms, |x| x * 1000),
-                min_runtime_ms: s
-                    .min_runtime_s
-                    .map_or(d.preemption.min_runtime_ms, |x| x * 1000),
-                wait_window_ms: s
-                    .wait_window_s
-                    .map_or(d.preemption.wait_window_ms, |x| x * 1000),
-                restart_cost_ms: s
-                    .restart_cost_s
-                    .map_or(d.preemption.restart_cost_ms, |x| x * 1000),
-                max_sets: s.max_victim_sets.unwrap_or(d.preemption.max_sets).max(1),
-                max_candidates: s
-                    .max_victim_candidates
-                    .unwrap_or(d.preemption.max_candidates)
-                    .max(1),
+                grace_ms: ms(s.grace_s, p.grace_ms),
+                max_checkpoint_grace_ms: ms(s.max_checkpoint_grace_s, p.max_checkpoint_grace_ms),
+                min_runtime_ms: ms(s.min_runtime_s, p.min_runtime_ms),
+                wait_window_ms: ms(s.wait_window_s, p.wait_window_ms),
+                restart_cost_ms: ms(s.restart_cost_s, p.restart_cost_ms),
+                max_sets: at_least_one(s.max_victim_sets, p.max_sets),
+                max_candidates: at_least_one(s.max_victim_candidates, p.max_candidates),
                 ..d.preemption
             },
         };
