@@ -32,6 +32,16 @@ fn plan(args: &Args) -> Result<Plan> {
             .map(|i| format!("team-{i}"))
             .collect::<Vec<_>>()
     };
+    // The cluster, `--nodes` and `--quota-factor` overriding the
+    // scenario's own defaults.
+    let even = |nodes: usize, quota_factor: f64| {
+        ClusterShape::even(
+            args.nodes.unwrap_or(nodes),
+            gpn,
+            args.tenants,
+            args.quota_factor.unwrap_or(quota_factor),
+        )
+    };
     let fit = |jobs: &[Planned]| {
         // Room for every job at once, with slack for gang fragmentation.
         (workload::total_gpus(jobs) as f64 * 1.25 / f64::from(gpn)).ceil() as usize
@@ -46,12 +56,7 @@ fn plan(args: &Args) -> Result<Plan> {
                 .unwrap_or(if args.smoke { 3600.0 } else { 1.0 });
             Plan {
                 scenario,
-                shape: ClusterShape::even(
-                    nodes,
-                    gpn,
-                    args.tenants,
-                    args.quota_factor.unwrap_or(1.0),
-                ),
+                shape: even(nodes, 1.0),
                 description: format!(
                     "synthetic, {n} jobs submitted at once (closed loop, {} in flight); seed {}",
                     args.in_flight, args.seed
@@ -77,12 +82,7 @@ fn plan(args: &Args) -> Result<Plan> {
             );
             Plan {
                 scenario,
-                shape: ClusterShape::even(
-                    args.nodes.unwrap_or(1250),
-                    gpn,
-                    args.tenants,
-                    args.quota_factor.unwrap_or(1.0),
-                ),
+                shape: even(1250, 1.0),
                 description: format!(
                     "synthetic, {n} jobs, Poisson arrivals at {}/s (open loop); seed {}",
                     args.rate, args.seed
@@ -93,12 +93,7 @@ fn plan(args: &Args) -> Result<Plan> {
             }
         }
         Scenario::Trace => {
-            let shape = ClusterShape::even(
-                args.nodes.unwrap_or(1250),
-                gpn,
-                args.tenants,
-                args.quota_factor.unwrap_or(1.0),
-            );
+            let shape = even(1250, 1.0);
             let (raw, _) =
                 workload::trace(&args.trace, &shape.tenant_names(), gpn, args.jobs, 1.0)?;
             // Default: the whole trace in about two minutes.
@@ -147,12 +142,7 @@ fn plan(args: &Args) -> Result<Plan> {
                 scenario,
                 // Quota far above the cluster: everything is admitted and
                 // waits for GPUs, so the queue is as deep as it gets.
-                shape: ClusterShape::even(
-                    args.nodes.unwrap_or(10_000),
-                    gpn,
-                    args.tenants,
-                    args.quota_factor.unwrap_or(100.0),
-                ),
+                shape: even(10_000, 100.0),
                 description: format!(
                     "restart: {n} synthetic jobs submitted at once onto a cluster they overfill; \
                      then each of [{}] is SIGKILLed and restarted in turn",
