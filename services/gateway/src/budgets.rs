@@ -84,11 +84,7 @@ pub async fn put_budget(
     if !v.is_object() {
         return Err(ApiError::field("body", "must be a JSON object (a budget)"));
     }
-    let budget: Budget = serde_path_to_error::deserialize(v).map_err(|e| {
-        let msg = e.inner().to_string();
-        let field = crate::serde_field(&msg).unwrap_or_else(|| e.path().to_string());
-        ApiError::field(&field, msg)
-    })?;
+    let budget: Budget = crate::from_json(v)?;
     budget
         .check_fields("")
         .map_err(|e| ApiError::field(&e.field, &e.rule))?;

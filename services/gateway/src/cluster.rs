@@ -408,15 +408,7 @@ fn named_spec<T: serde::de::DeserializeOwned>(
             ))
         }
     }
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let msg = e.inner().to_string();
-        match crate::serde_field(&msg) {
-            Some(f) => ApiError::field(&f, msg),
-            None if path != "." => ApiError::field(&path, msg),
-            None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", msg),
-        }
-    })
+    crate::from_json(v)
 }
 
 /// Create or replace a tenant (admin). The body is a tenant spec

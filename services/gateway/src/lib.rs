@@ -480,6 +480,21 @@ fn serde_field(msg: &str) -> Option<String> {
     looks_like_path.then(|| head.to_string())
 }
 
+/// A JSON object read as `T`; where it cannot be, 400 naming the field:
+/// the one serde names in its message, else the path to the value that
+/// broke.
+fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let msg = e.inner().to_string();
+        match serde_field(&msg) {
+            Some(f) => ApiError::field(&f, msg),
+            None if path != "." => ApiError::field(&path, msg),
+            None => ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", msg),
+        }
+    })
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let (status, code) = match &r {
