@@ -160,16 +160,14 @@ pub(crate) fn queue_rows(s: &State, now: Timestamp) -> Vec<QueueRow> {
     let idle = |t: &gpusched_core::Tenant, f: usize| -> u64 {
         let q = t.quota(f as gpusched_core::FlavorIdx);
         let used = t.used(f as gpusched_core::FlavorIdx);
-        q.map_or(0, |q| q.nominal.saturating_sub(used).min(q.lendable)) as u64
+        q.map_or(0, |q| (q.nominal - used).min(q.lendable).get()) as u64
     };
     for t in s.tenants() {
         let Some(c) = t.cohort else { continue };
         for f in 0..nf {
-            let nominal = t
-                .quota(f as gpusched_core::FlavorIdx)
-                .map_or(0, |q| q.nominal);
-            let used = t.used(f as gpusched_core::FlavorIdx);
-            *borrowed_in.entry((c, f)).or_default() += used.saturating_sub(nominal) as u64;
+            let fi = f as gpusched_core::FlavorIdx;
+            let borrowed = t.used(fi) - t.nominal(fi);
+            *borrowed_in.entry((c, f)).or_default() += u64::from(borrowed.get());
             *idle_in.entry((c, f)).or_default() += idle(t, f);
         }
     }
@@ -179,15 +177,15 @@ pub(crate) fn queue_rows(s: &State, now: Timestamp) -> Vec<QueueRow> {
         let decayed = (half_life > 0).then(|| s.decayed_use(ti as u32, now));
         let mut flavors: Vec<usize> = t.flavor_order.iter().map(|f| usize::from(*f)).collect();
         for (f, n) in running[ti].iter().enumerate() {
-            if !flavors.contains(&f) && (t.used(f as gpusched_core::FlavorIdx) > 0 || *n > 0) {
+            if !flavors.contains(&f) && (!t.used(f as gpusched_core::FlavorIdx).is_zero() || *n > 0)
+            {
                 flavors.push(f);
             }
         }
         for f in flavors {
             let fi = f as gpusched_core::FlavorIdx;
             let q = t.quota(fi);
-            let nominal = q.map_or(0, |q| q.nominal);
-            let used = t.used(fi);
+            let (nominal, used) = (t.nominal(fi), t.used(fi));
             let lent = match t.cohort {
                 None => 0,
                 Some(c) => {
@@ -204,16 +202,16 @@ pub(crate) fn queue_rows(s: &State, now: Timestamp) -> Vec<QueueRow> {
                 queue: t.queue,
                 cohort: t.spec.cohort.clone(),
                 flavor: s.flavor_name(fi).to_string(),
-                nominal,
-                borrowing_limit: q.and_then(|q| q.borrowing_limit),
-                used,
-                borrowed: used.saturating_sub(nominal),
+                nominal: nominal.get(),
+                borrowing_limit: q.and_then(|q| q.borrowing_limit).map(|b| b.get()),
+                used: used.get(),
+                borrowed: (used - nominal).get(),
                 lent,
                 pending: pending[ti][f],
                 pending_by_reason: std::mem::take(&mut by_reason[ti][f]),
                 running: running[ti][f],
                 decayed_gpus: decayed.as_ref().map(|d| d.mean_gpus(f, half_life)),
-                budget: t.budget(fi).map(|l| BudgetStanding::of(l, used, now)),
+                budget: t.budget(fi).map(|l| BudgetStanding::of(l, used.get(), now)),
             });
         }
     }

@@ -10,6 +10,7 @@
 //! Must never: charge quota or allocate GPUs.
 
 use crate::capacity::FlavorIdx;
+use crate::quota_gpus::QuotaGpus;
 use crate::state::{Dependency, State};
 use gpusched_events::{Event, RejectReason};
 use gpusched_model::{Gpus, JobId, JobSpec, Timestamp};
@@ -109,7 +110,7 @@ fn check_spec(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
     let need = spec.total_gpus();
     let limit = flavors
         .iter()
-        .map(|&f| quota_limit(state, t, f))
+        .map(|&f| quota_limit(state, t, f).get())
         .max()
         .unwrap_or(0);
     if need > limit {
@@ -139,14 +140,16 @@ fn check_spec(state: &State, spec: &JobSpec) -> Result<(), RejectReason> {
 }
 
 /// The most GPUs a tenant may ever hold in a flavor.
-pub fn quota_limit(state: &State, t: crate::state::TenantIdx, f: FlavorIdx) -> Gpus {
+pub fn quota_limit(state: &State, t: crate::state::TenantIdx, f: FlavorIdx) -> QuotaGpus {
     let tenant = state.tenant(t);
-    let Some(q) = tenant.quota(f) else { return 0 };
+    let Some(q) = tenant.quota(f) else {
+        return QuotaGpus::ZERO;
+    };
     let limit = tenant.limit(f);
     match tenant.cohort {
         None => limit,
         // In a cohort, also no more than it keeps plus all the pool holds.
-        Some(c) => limit.min(q.guaranteed().saturating_add(state.cohort(c).capacity(f))),
+        Some(c) => limit.min(q.guaranteed() + state.cohort(c).capacity(f)),
     }
 }
 

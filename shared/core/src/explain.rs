@@ -794,7 +794,7 @@ pub fn budget_standing(state: &State, id: JobId, now: Timestamp) -> Option<Strin
         .filter_map(|&f| {
             let l = tenant.budget(f)?;
             let b = l.budget;
-            let used = l.used_at(tenant.used(f), now);
+            let used = l.used_at(tenant.used(f).get(), now);
             let renews = relative(b.period.next_start(now.max(l.at)), now);
             let flavor = state.flavor_name(f);
             let standing = match (l.is_spent(), tenant.budget_holds(f)) {
@@ -803,7 +803,7 @@ pub fn budget_standing(state: &State, id: JobId, now: Timestamp) -> Option<Strin
                     gpu_hours(used),
                     b.gpu_hours,
                     b.period.name(),
-                    gpu_hours(l.left_at(tenant.used(f), now))
+                    gpu_hours(l.left_at(tenant.used(f).get(), now))
                 ),
                 (true, true) => format!(
                     "spent ({} GPU-hours this {}): its jobs wait until it renews {renews}",

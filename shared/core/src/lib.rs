@@ -7,7 +7,8 @@
 //! (checkpoint-aware victim choice and eviction) and `recovery` (requeue
 //! jobs from lost nodes). `cycle` runs them in order for the simulator and
 //! the embedded mode; `limits` holds what bounds a cycle and what it
-//! remembers for the next (every stage reads it, none imports another).
+//! remembers for the next (every stage reads it, none imports another);
+//! `quota_gpus` is the one type quota arithmetic is done in.
 //! Beside them: `explain` (answers for users, from the state and the log),
 //! `snapshot` (the state's versioned binary encoding), `tally` (counts
 //! over a log for reports) and `goodput` (where every allocated GPU-hour
@@ -26,6 +27,7 @@ pub mod limits;
 pub mod placement;
 pub mod preemption;
 pub mod quota;
+pub mod quota_gpus;
 pub mod recovery;
 pub mod snapshot;
 pub mod state;
@@ -36,6 +38,7 @@ pub use cycle::{run_cycle, run_cycle_timed, Stage, StageClock};
 pub use goodput::{Account, Goodput, Summary as GoodputSummary, WaitReason};
 pub use limits::{CycleConfig, CycleStats, ScanMemo};
 pub use limits::{PlacementStats, PreemptionConfig, PreemptionStats, QuotaStats, VictimOrder};
+pub use quota_gpus::QuotaGpus;
 pub use state::{
     mean_life_ms, worker_nodes, ApplyError, BudgetLedger, DecayedUse, Job, Node, NodeStatus, Phase,
     QueueKey, State, Tenant,

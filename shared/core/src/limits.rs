@@ -10,8 +10,9 @@
 //! that changes a decision (the memo only spares rescans).
 
 use crate::capacity::FlavorIdx;
+use crate::quota_gpus::QuotaGpus;
 use crate::state::{QueueKey, TenantIdx};
-use gpusched_model::{Gpus, JobId, Timestamp};
+use gpusched_model::{JobId, Timestamp};
 use rustc_hash::FxHashMap;
 
 /// Limits of one cycle.
@@ -228,5 +229,5 @@ pub struct SearchStamp {
     pub(crate) cohort: u64,
     pub(crate) tenant: u64,
     pub(crate) flavor: FlavorIdx,
-    pub(crate) quota: Gpus,
+    pub(crate) quota: QuotaGpus,
 }

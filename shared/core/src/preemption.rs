@@ -37,6 +37,7 @@
 use crate::capacity::{pack_in_order, CapacityOverlay, DomainIdx, FlavorIdx};
 use crate::limits::{CycleConfig, PreemptionStats, ScanMemo, SearchStamp, VictimOrder};
 use crate::quota::{self, QuotaOverlay};
+use crate::quota_gpus::QuotaGpus;
 use crate::state::{Job, NodeStatus, Phase, State, TenantIdx};
 use gpusched_events::{
     Assignment, Event, EvictionCause, PreemptionCause, QueueState, RequeueReason, Victim,
@@ -171,7 +172,7 @@ struct Need {
     workers: u32,
     g: Gpus,
     /// GPUs of quota to free (lent quota for a reclaim, own for priority).
-    quota: Gpus,
+    quota: QuotaGpus,
     /// Per candidate tenant: GPUs it may lose before it would drop to its
     /// nominal quota (reclaim), or unlimited (priority).
     cause: PreemptionCause,
@@ -239,7 +240,7 @@ impl Pass {
                 continue;
             };
             if let (Some(t), Some(f)) = (j.tenant, state.planned_flavor(b)) {
-                pass.quota.charge(state, t, f, j.spec.total_gpus());
+                pass.quota.charge(state, t, f, j.quota_gpus());
                 pass.charged.insert(b);
             }
         }
@@ -249,8 +250,8 @@ impl Pass {
     /// A stopping victim's GPUs go back to its tenant's quota.
     fn give_back(&mut self, state: &State, victim: &Job) {
         if let (Some(t), Some(f)) = (victim.tenant, victim.flavor) {
-            self.quota.release(state, t, f, victim.spec.total_gpus());
-            self.held.release(state, t, f, victim.spec.total_gpus());
+            self.quota.release(state, t, f, victim.quota_gpus());
+            self.held.release(state, t, f, victim.quota_gpus());
         }
     }
 
@@ -269,7 +270,7 @@ impl Pass {
         match (job.tenant, state.planned_flavor(job.id)) {
             (Some(t), Some(f)) if self.charged.contains(&job.id) => {
                 let mut quota = self.quota.clone();
-                quota.release(state, t, f, job.spec.total_gpus());
+                quota.release(state, t, f, job.quota_gpus());
                 Cow::Owned(quota)
             }
             _ => Cow::Borrowed(&self.quota),
@@ -283,8 +284,7 @@ impl Pass {
             self.take_victim(state, v.job);
         }
         if let (Phase::Queued, Some(t)) = (job.phase, job.tenant) {
-            self.quota
-                .charge(state, t, need.flavor, job.spec.total_gpus());
+            self.quota.charge(state, t, need.flavor, job.quota_gpus());
             self.charged.insert(job.id);
         }
         // It will bind in room free now: that room is its.
@@ -613,7 +613,7 @@ pub fn search_report(
     });
     Some(SearchReport {
         cause: need.cause.clone(),
-        quota_deficit: need.quota,
+        quota_deficit: need.quota.get(),
         candidates: record.candidates,
         looked: tally.looked,
         sets: record.sets,
@@ -630,7 +630,7 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
     let (workers, g, level) = (job.spec.workers, job.spec.gpus_per_worker, job.level);
     match job.phase {
         Phase::Queued => {
-            let need = job.spec.total_gpus();
+            let need = job.quota_gpus();
             for &f in &job.flavors {
                 let Some(q) = tenant.quota(f) else { continue };
                 match quota::check(state, ov, t, f, need) {
@@ -642,8 +642,10 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                             let draw = tenant.pool_draw(f, used + need) - tenant.pool_draw(f, used);
                             // An over-lent pool must first be brought back to
                             // what it holds.
-                            let over = tenant.cohort.map_or(0, |c| ov.over_lent(state, c, f));
-                            let deficit = draw.saturating_sub(lendable_left) + over;
+                            let over = tenant
+                                .cohort
+                                .map_or(QuotaGpus::ZERO, |c| ov.over_lent(state, c, f));
+                            let deficit = draw - lendable_left + over;
                             return Some(Need {
                                 flavor: f,
                                 level,
@@ -653,7 +655,7 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                                 cause: PreemptionCause::Reclaim {
                                     tenant: tenant.spec.name.clone(),
                                     flavor: state.flavor_name(f).to_string(),
-                                    quota_deficit: deficit,
+                                    quota_deficit: deficit.get(),
                                 },
                             });
                         }
@@ -670,7 +672,7 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                                 level,
                                 workers,
                                 g,
-                                quota: (used + need).saturating_sub(limit),
+                                quota: used + need - limit,
                                 cause: PreemptionCause::Priority {
                                     tenant: tenant.spec.name.clone(),
                                     flavor: state.flavor_name(f).to_string(),
@@ -698,7 +700,7 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                     level,
                     workers,
                     g,
-                    quota: 0,
+                    quota: QuotaGpus::ZERO,
                     cause: PreemptionCause::Reclaim {
                         tenant: tenant.spec.name.clone(),
                         flavor: state.flavor_name(f).to_string(),
@@ -714,7 +716,7 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                 level,
                 workers,
                 g,
-                quota: 0,
+                quota: QuotaGpus::ZERO,
                 cause: PreemptionCause::Priority {
                     tenant: tenant.spec.name.clone(),
                     flavor: state.flavor_name(f).to_string(),
@@ -751,14 +753,13 @@ fn borrowers(
         .members
         .iter()
         .copied()
-        .filter(|&u| u != except && over_nominal(state, ov, u, f) > 0)
+        .filter(|&u| u != except && !over_nominal(state, ov, u, f).is_zero())
         .collect()
 }
 
 /// GPUs tenant `u` uses in flavor `f` above its nominal quota.
-fn over_nominal(state: &State, ov: &QuotaOverlay, u: TenantIdx, f: FlavorIdx) -> Gpus {
-    let nominal = state.tenant(u).quota(f).map_or(0, |q| q.nominal);
-    ov.used(state, u, f).saturating_sub(nominal)
+fn over_nominal(state: &State, ov: &QuotaOverlay, u: TenantIdx, f: FlavorIdx) -> QuotaGpus {
+    ov.used(state, u, f) - state.tenant(u).nominal(f)
 }
 
 /// One beneficiary's victim search: what it counted.
@@ -798,7 +799,7 @@ fn candidates(
     s: &Search,
     tally: &mut Tally,
     room: bool,
-) -> (Vec<Cand>, FxHashMap<TenantIdx, Gpus>) {
+) -> (Vec<Cand>, FxHashMap<TenantIdx, QuotaGpus>) {
     let Search {
         state,
         cfg,
@@ -814,7 +815,7 @@ fn candidates(
     let p = &cfg.preemption;
     let mut out = Vec::new();
     // Per tenant: GPUs it may give up (reclaim: its usage above nominal).
-    let mut slack: FxHashMap<TenantIdx, Gpus> = FxHashMap::default();
+    let mut slack: FxHashMap<TenantIdx, QuotaGpus> = FxHashMap::default();
     let Some(t) = job.tenant else {
         return (out, slack);
     };
@@ -851,7 +852,7 @@ fn candidates(
             u,
             match need.cause {
                 PreemptionCause::Reclaim { .. } => over,
-                _ => Gpus::MAX,
+                _ => QuotaGpus::UNLIMITED,
             },
         );
         let mut n = 0;
@@ -1028,27 +1029,36 @@ fn fits_after(
 
 /// Quota freed by a set of victims, counting only what each victim's
 /// tenant may give up.
-fn quota_freed(cands: &[Cand], chosen: &[usize], slack: &FxHashMap<TenantIdx, Gpus>) -> Gpus {
-    let mut by_tenant: FxHashMap<TenantIdx, Gpus> = FxHashMap::default();
+fn quota_freed(
+    cands: &[Cand],
+    chosen: &[usize],
+    slack: &FxHashMap<TenantIdx, QuotaGpus>,
+) -> QuotaGpus {
+    let mut by_tenant: FxHashMap<TenantIdx, QuotaGpus> = FxHashMap::default();
     for &i in chosen {
-        *by_tenant.entry(cands[i].tenant).or_default() += cands[i].gpus;
+        *by_tenant.entry(cands[i].tenant).or_default() += QuotaGpus::from(cands[i].gpus);
     }
     by_tenant
         .iter()
-        .map(|(t, g)| (*g).min(slack.get(t).copied().unwrap_or(0)))
+        .map(|(t, g)| (*g).min(slack.get(t).copied().unwrap_or_default()))
         .sum()
 }
 
 /// A victim may be added only while its tenant still has slack (reclaim:
 /// still borrows; priority: always).
-fn may_add(cands: &[Cand], i: usize, chosen: &[usize], slack: &FxHashMap<TenantIdx, Gpus>) -> bool {
+fn may_add(
+    cands: &[Cand],
+    i: usize,
+    chosen: &[usize],
+    slack: &FxHashMap<TenantIdx, QuotaGpus>,
+) -> bool {
     let t = cands[i].tenant;
-    let given: Gpus = chosen
+    let given: QuotaGpus = chosen
         .iter()
         .filter(|&&x| cands[x].tenant == t)
-        .map(|&x| cands[x].gpus)
+        .map(|&x| QuotaGpus::from(cands[x].gpus))
         .sum();
-    given < slack.get(&t).copied().unwrap_or(0)
+    given < slack.get(&t).copied().unwrap_or_default()
 }
 
 /// Adds victims until `quota` GPUs of quota are freed. Checkpoint order
@@ -1059,8 +1069,8 @@ fn may_add(cands: &[Cand], i: usize, chosen: &[usize], slack: &FxHashMap<TenantI
 fn add_for_quota(
     cands: &[Cand],
     chosen: &mut Vec<usize>,
-    slack: &FxHashMap<TenantIdx, Gpus>,
-    quota: Gpus,
+    slack: &FxHashMap<TenantIdx, QuotaGpus>,
+    quota: QuotaGpus,
     order: VictimOrder,
 ) {
     loop {
@@ -1068,7 +1078,7 @@ fn add_for_quota(
         if freed >= quota {
             return;
         }
-        let missing = (quota - freed) as u128;
+        let missing = (quota - freed).get() as u128;
         let pick = (0..cands.len())
             .filter(|i| !chosen.contains(i) && may_add(cands, *i, chosen, slack))
             .min_by(|&a, &b| match order {
@@ -1091,7 +1101,7 @@ fn add_for_quota(
 struct Pool<'a> {
     search: &'a Search<'a>,
     cands: Vec<Cand>,
-    slack: FxHashMap<TenantIdx, Gpus>,
+    slack: FxHashMap<TenantIdx, QuotaGpus>,
     /// The beneficiary's own reserved nodes.
     own: Vec<NodeId>,
 }
@@ -1250,7 +1260,7 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         &mut probes,
     );
     let fits_now = fits_in.is_some();
-    if fits_now && need.quota == 0 {
+    if fits_now && need.quota.is_zero() {
         // Room and quota both exist: placement will bind it.
         tally.fits_without_victims = true;
         return None;

@@ -20,6 +20,7 @@
 
 use crate::capacity::{CapacityOverlay, FlavorIdx};
 use crate::limits::{CycleConfig, QuotaStats, ScanMemo, TenantResume};
+use crate::quota_gpus::QuotaGpus;
 use crate::state::{CohortIdx, Job, QueueKey, State, TenantIdx};
 use gpusched_events::{Event, PendingReason};
 use gpusched_model::{Gpus, QueueingMode, Timestamp};
@@ -30,13 +31,13 @@ use std::collections::BinaryHeap;
 /// Quota charged earlier in the same cycle.
 #[derive(Clone, Debug, Default)]
 pub struct QuotaOverlay {
-    usage: FxHashMap<(TenantIdx, FlavorIdx), Gpus>,
-    pool: FxHashMap<(CohortIdx, FlavorIdx), Gpus>,
+    usage: FxHashMap<(TenantIdx, FlavorIdx), QuotaGpus>,
+    pool: FxHashMap<(CohortIdx, FlavorIdx), QuotaGpus>,
 }
 
 impl QuotaOverlay {
     /// A tenant's usage counting this cycle's admissions.
-    pub fn used(&self, state: &State, t: TenantIdx, f: FlavorIdx) -> Gpus {
+    pub fn used(&self, state: &State, t: TenantIdx, f: FlavorIdx) -> QuotaGpus {
         self.usage
             .get(&(t, f))
             .copied()
@@ -44,7 +45,7 @@ impl QuotaOverlay {
     }
     /// GPUs drawn from cohort `c`'s pool in `f`, counting this cycle's
     /// admissions.
-    pub fn pool_used(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> Gpus {
+    pub fn pool_used(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> QuotaGpus {
         self.pool
             .get(&(c, f))
             .copied()
@@ -52,12 +53,11 @@ impl QuotaOverlay {
     }
     /// GPUs drawn from cohort `c`'s pool in `f` past what it holds, as
     /// `Cohort::over_lent`, counting this cycle's admissions and releases.
-    pub fn over_lent(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> Gpus {
-        self.pool_used(state, c, f)
-            .saturating_sub(state.cohort(c).capacity(f))
+    pub fn over_lent(&self, state: &State, c: CohortIdx, f: FlavorIdx) -> QuotaGpus {
+        self.pool_used(state, c, f) - state.cohort(c).capacity(f)
     }
     /// Records an admission.
-    pub fn charge(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, need: Gpus) {
+    pub fn charge(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, need: QuotaGpus) {
         let used = self.used(state, t, f);
         let tenant = state.tenant(t);
         if let Some(c) = tenant.cohort {
@@ -69,13 +69,13 @@ impl QuotaOverlay {
     }
     /// Records `gpus` of tenant `t` in flavor `f` given back (a victim that
     /// is stopping): the inverse of `charge`.
-    pub fn release(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, gpus: Gpus) {
+    pub fn release(&mut self, state: &State, t: TenantIdx, f: FlavorIdx, gpus: QuotaGpus) {
         let used = self.used(state, t, f);
-        let left = used.saturating_sub(gpus);
+        let left = used - gpus;
         let tenant = state.tenant(t);
         if let Some(c) = tenant.cohort {
             let delta = tenant.pool_draw(f, used) - tenant.pool_draw(f, left);
-            let p = self.pool_used(state, c, f).saturating_sub(delta);
+            let p = self.pool_used(state, c, f) - delta;
             self.pool.insert((c, f), p);
         }
         self.usage.insert((t, f), left);
@@ -100,13 +100,13 @@ pub enum Blocked {
         /// Flavor.
         flavor: FlavorIdx,
         /// Tenant usage.
-        used: Gpus,
+        used: QuotaGpus,
         /// Tenant nominal quota.
-        nominal: Gpus,
+        nominal: QuotaGpus,
         /// GPUs it may still borrow.
-        borrowable: Gpus,
+        borrowable: QuotaGpus,
         /// GPUs the job needs.
-        need: Gpus,
+        need: QuotaGpus,
     },
     /// The cohort has too little left to lend.
     Cohort {
@@ -115,13 +115,13 @@ pub enum Blocked {
         /// Cohort.
         cohort: CohortIdx,
         /// Tenant usage.
-        used: Gpus,
+        used: QuotaGpus,
         /// Tenant nominal quota.
-        nominal: Gpus,
+        nominal: QuotaGpus,
         /// GPUs the cohort can still lend.
-        lendable_left: Gpus,
+        lendable_left: QuotaGpus,
         /// GPUs the job needs.
-        need: Gpus,
+        need: QuotaGpus,
     },
     /// The tenant's GPU-hour budget in the flavor is spent, and its policy
     /// is to wait for the next period.
@@ -145,10 +145,10 @@ impl Blocked {
                 need,
             } => PendingReason::QuotaExceeded {
                 flavor: state.flavor_name(flavor).to_string(),
-                used,
-                nominal,
-                borrowable,
-                need,
+                used: used.get(),
+                nominal: nominal.get(),
+                borrowable: borrowable.get(),
+                need: need.get(),
             },
             Blocked::Cohort {
                 flavor,
@@ -160,10 +160,10 @@ impl Blocked {
             } => PendingReason::CohortExhausted {
                 flavor: state.flavor_name(flavor).to_string(),
                 cohort: state.cohort(cohort).name.clone(),
-                used,
-                nominal,
-                lendable_left,
-                need,
+                used: used.get(),
+                nominal: nominal.get(),
+                lendable_left: lendable_left.get(),
+                need: need.get(),
             },
             Blocked::Budget { flavor, tenant } => {
                 let ledger = state.tenant(tenant).budget(flavor);
@@ -195,7 +195,7 @@ pub fn check(
     ov: &QuotaOverlay,
     t: TenantIdx,
     f: FlavorIdx,
-    need: Gpus,
+    need: QuotaGpus,
 ) -> Result<Fit, Blocked> {
     let tenant = state.tenant(t);
     let used = ov.used(state, t, f);
@@ -203,8 +203,8 @@ pub fn check(
         return Err(Blocked::Quota {
             flavor: f,
             used,
-            nominal: 0,
-            borrowable: 0,
+            nominal: QuotaGpus::ZERO,
+            borrowable: QuotaGpus::ZERO,
             need,
         });
     };
@@ -215,9 +215,9 @@ pub fn check(
         });
     }
     let limit = tenant.limit(f);
-    let new_used = used.saturating_add(need);
+    let new_used = used + need;
     if new_used > limit {
-        let borrowable = limit.saturating_sub(used.max(q.nominal));
+        let borrowable = limit - used.max(q.nominal);
         return Err(Blocked::Quota {
             flavor: f,
             used,
@@ -236,14 +236,14 @@ pub fn check(
                 cohort: c,
                 used,
                 nominal: q.nominal,
-                lendable_left: cap.saturating_sub(pool_used),
+                lendable_left: cap - pool_used,
                 need,
             });
         }
     }
     Ok(Fit {
         flavor: f,
-        borrowed: new_used.saturating_sub(used.max(q.nominal)),
+        borrowed: (new_used - used.max(q.nominal)).get(),
     })
 }
 
@@ -253,12 +253,12 @@ pub fn check(
 /// whose nodes could never hold the gang is taken only if nothing else fits.
 /// When none fits, the reason is the most preferred flavor's.
 pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit, Blocked> {
-    let need = job.spec.total_gpus();
+    let need = job.quota_gpus();
     let none = Blocked::Quota {
         flavor: job.flavors.first().copied().unwrap_or(0),
-        used: 0,
-        nominal: 0,
-        borrowable: 0,
+        used: QuotaGpus::ZERO,
+        nominal: QuotaGpus::ZERO,
+        borrowable: QuotaGpus::ZERO,
         need,
     };
     let Some(t) = job.tenant else {
@@ -275,8 +275,8 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
             flavor: f,
             cohort: c,
             used: ov.used(state, t, f),
-            nominal: state.tenant(t).quota(f).map_or(0, |q| q.nominal),
-            lendable_left: 0,
+            nominal: state.tenant(t).nominal(f),
+            lendable_left: QuotaGpus::ZERO,
             need,
         });
     }
@@ -293,8 +293,8 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
                         flavor: f,
                         cohort: c,
                         used: ov.used(state, t, f),
-                        nominal: state.tenant(t).quota(f).map_or(0, |q| q.nominal),
-                        lendable_left: 0,
+                        nominal: state.tenant(t).nominal(f),
+                        lendable_left: QuotaGpus::ZERO,
                         need,
                     })
                 }
@@ -362,17 +362,14 @@ pub fn weighted_share(state: &State, ov: &QuotaOverlay, t: TenantIdx, now: Times
         let cap = cohort.capacity(f);
         let held = match &decayed {
             Some(d) => {
-                let this_cycle = ov.used(state, t, f).saturating_sub(tenant.used(f));
-                d.mean_gpus(f as usize, half_life) + f64::from(this_cycle)
+                let this_cycle = ov.used(state, t, f) - tenant.used(f);
+                d.mean_gpus(f as usize, half_life) + this_cycle.as_f64()
             }
-            None => {
-                let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
-                f64::from(ov.used(state, t, f).saturating_sub(nominal))
-            }
+            None => (ov.used(state, t, f) - tenant.nominal(f)).as_f64(),
         };
         // A flavor the cohort lends none of is no share of anything.
-        if cap > 0 {
-            share = share.max(held / f64::from(cap));
+        if !cap.is_zero() {
+            share = share.max(held / cap.as_f64());
         }
     }
     share / tenant.spec.weight
@@ -432,10 +429,10 @@ fn head_key(
 ) -> HeadKey {
     let tenant = state.tenant(t);
     let borrows = match state.job(head.job) {
-        Some(job) => !job.flavors.iter().any(|&f| {
-            let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
-            ov.used(state, t, f) + job.spec.total_gpus() <= nominal
-        }),
+        Some(job) => !job
+            .flavors
+            .iter()
+            .any(|&f| ov.used(state, t, f) + job.quota_gpus() <= tenant.nominal(f)),
         None => true,
     };
     HeadKey {
@@ -584,7 +581,7 @@ pub fn decide(
                     borrowed: fit.borrowed,
                     at: now,
                 });
-                ov.charge(state, t, fit.flavor, job.spec.total_gpus());
+                ov.charge(state, t, fit.flavor, job.quota_gpus());
                 stats.admitted += 1;
                 if let Some(n) = next {
                     heap.push(Reverse(head_key(state, &ov, t, n, now)));
@@ -652,7 +649,7 @@ pub fn budget_events(state: &State, now: Timestamp) -> Vec<Event> {
             let Some(l) = ledger else { continue };
             let f = f as FlavorIdx;
             let period_start = l.budget.period.start_of(now.max(l.at));
-            let used_up = l.left_at(tenant.used(f), now) == 0;
+            let used_up = l.left_at(tenant.used(f).get(), now) == 0;
             let (tenant, flavor) = (tenant.spec.name.clone(), state.flavor_name(f).to_string());
             match l.spent_in {
                 None if used_up => events.push(Event::BudgetSpent {
@@ -691,9 +688,8 @@ fn may_pass(
     tenant.spec.queueing == QueueingMode::BestEffortFifo
         && !starved(cfg, now, head.submitted_at)
         && tenant.flavor_order.iter().any(|&f| {
-            check(state, ov, t, f, 1).is_ok()
-                || (!tenant.budget_holds(f)
-                    && ov.used(state, t, f) < tenant.quota(f).map_or(0, |q| q.nominal))
+            check(state, ov, t, f, QuotaGpus::from(1)).is_ok()
+                || (!tenant.budget_holds(f) && ov.used(state, t, f) < tenant.nominal(f))
         })
 }
 

@@ -9,6 +9,7 @@
 //! anything, so a refused event leaves the state untouched.
 
 use crate::capacity::{cell, CapacityIndex, FlavorIdx};
+use crate::quota_gpus::QuotaGpus;
 use gpusched_events::{
     Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
     QueueState, RejectReason, RequeueReason, Victim,
@@ -243,6 +244,11 @@ pub struct Reservation {
 }
 
 impl Job {
+    /// The GPUs it charges to its tenant's quota: all its workers' GPUs.
+    pub fn quota_gpus(&self) -> QuotaGpus {
+        QuotaGpus::from(self.spec.total_gpus())
+    }
+
     /// Wall time since which this run's work is not in a complete
     /// checkpoint (the run's start, or the capture point of a checkpoint
     /// taken in this run). `None` unless running.
@@ -341,17 +347,17 @@ pub struct Node {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quota {
     /// Nominal GPUs.
-    pub nominal: Gpus,
+    pub nominal: QuotaGpus,
     /// Borrowing limit (`None`: unlimited within the cohort).
-    pub borrowing_limit: Option<Gpus>,
+    pub borrowing_limit: Option<QuotaGpus>,
     /// GPUs of nominal that may be lent.
-    pub lendable: Gpus,
+    pub lendable: QuotaGpus,
 }
 
 impl Quota {
     /// Nominal GPUs that are never lent.
-    pub fn guaranteed(&self) -> Gpus {
-        self.nominal.saturating_sub(self.lendable)
+    pub fn guaranteed(&self) -> QuotaGpus {
+        self.nominal - self.lendable
     }
 
     /// A tenant's quota in a flavor as configured; past a spent budget
@@ -359,17 +365,19 @@ impl Quota {
     /// its nominal quota and borrows whatever it uses, up to the limit it
     /// had.
     fn resolve(q: &FlavorQuota, borrow_only: bool) -> Quota {
+        let nominal = QuotaGpus::from(q.nominal);
+        let borrowing_limit = q.borrowing_limit.map(QuotaGpus::from);
         if borrow_only {
             return Quota {
-                nominal: 0,
-                borrowing_limit: q.borrowing_limit.map(|b| q.nominal.saturating_add(b)),
-                lendable: q.nominal,
+                nominal: QuotaGpus::ZERO,
+                borrowing_limit: borrowing_limit.map(|b| nominal + b),
+                lendable: nominal,
             };
         }
         Quota {
-            nominal: q.nominal,
-            borrowing_limit: q.borrowing_limit,
-            lendable: q.lendable(),
+            nominal,
+            borrowing_limit,
+            lendable: QuotaGpus::from(q.lendable()),
         }
     }
 }
@@ -386,7 +394,7 @@ pub struct Tenant {
     /// Flavors with quota, in the order configured.
     pub flavor_order: Vec<FlavorIdx>,
     /// GPUs charged per flavor index.
-    pub usage: Vec<Gpus>,
+    pub usage: Vec<QuotaGpus>,
     /// Queued jobs, by priority then submit order.
     pub pending: BTreeSet<QueueKey>,
     /// Bumped whenever something could unblock its queue from its own side.
@@ -409,30 +417,45 @@ impl Tenant {
         self.quotas.get(f as usize).copied().flatten()
     }
     /// GPUs charged in a flavor.
-    pub fn used(&self, f: FlavorIdx) -> Gpus {
-        self.usage.get(f as usize).copied().unwrap_or(0)
+    pub fn used(&self, f: FlavorIdx) -> QuotaGpus {
+        self.usage.get(f as usize).copied().unwrap_or_default()
+    }
+    /// Its nominal quota in a flavor (0 where it has none).
+    pub fn nominal(&self, f: FlavorIdx) -> QuotaGpus {
+        self.quota(f).map_or(QuotaGpus::ZERO, |q| q.nominal)
     }
     /// The most GPUs it may hold in a flavor: its nominal quota alone in
-    /// no cohort, else nominal plus its borrowing limit (`Gpus::MAX`:
-    /// unlimited); 0 where it has no quota there.
-    pub fn limit(&self, f: FlavorIdx) -> Gpus {
-        let Some(q) = self.quota(f) else { return 0 };
+    /// no cohort, else nominal plus its borrowing limit
+    /// ([`QuotaGpus::UNLIMITED`] without one); 0 where it has no quota there.
+    pub fn limit(&self, f: FlavorIdx) -> QuotaGpus {
+        let Some(q) = self.quota(f) else {
+            return QuotaGpus::ZERO;
+        };
         match self.cohort {
             None => q.nominal,
             Some(_) => q
                 .borrowing_limit
-                .map_or(Gpus::MAX, |b| q.nominal.saturating_add(b)),
+                .map_or(QuotaGpus::UNLIMITED, |b| q.nominal + b),
         }
     }
     /// GPUs it holds in a flavor past [`Tenant::limit`]: quota taken back
     /// (the tenant reconfigured) while its jobs held it. Admission never
     /// adds to it; the jobs holding it run on.
-    pub fn over_limit(&self, f: FlavorIdx) -> Gpus {
-        self.used(f).saturating_sub(self.limit(f))
+    pub fn over_limit(&self, f: FlavorIdx) -> QuotaGpus {
+        self.used(f) - self.limit(f)
     }
     /// GPUs of `used` drawn from the cohort's lendable pool.
-    pub fn pool_draw(&self, f: FlavorIdx, used: Gpus) -> Gpus {
-        used.saturating_sub(self.quota(f).map_or(0, |q| q.guaranteed()))
+    pub fn pool_draw(&self, f: FlavorIdx, used: QuotaGpus) -> QuotaGpus {
+        used - self.quota(f).map_or(QuotaGpus::ZERO, |q| q.guaranteed())
+    }
+    /// What it draws from a cohort's pool now, in every flavor it has a
+    /// quota or usage in (the part of its usage past its guaranteed quota;
+    /// all of it where it has no quota).
+    fn pool_draws(&self) -> Vec<(usize, QuotaGpus)> {
+        let flavors = self.quotas.len().max(self.usage.len());
+        (0..flavors)
+            .map(|f| (f, self.pool_draw(f as FlavorIdx, self.used(f as FlavorIdx))))
+            .collect()
     }
     /// Its GPU-hour budget in a flavor, if it has one.
     pub fn budget(&self, f: FlavorIdx) -> Option<&BudgetLedger> {
@@ -465,9 +488,9 @@ pub struct Cohort {
     /// Its tenants.
     pub members: Vec<TenantIdx>,
     /// Lendable GPUs per flavor (sum of members' lendable quota).
-    pub pool_capacity: Vec<Gpus>,
+    pub pool_capacity: Vec<QuotaGpus>,
     /// GPUs drawn from the pool per flavor (usage above each member's guaranteed part).
-    pub pool_used: Vec<Gpus>,
+    pub pool_used: Vec<QuotaGpus>,
     /// Bumped whenever quota is released or reconfigured in it.
     pub version: u64,
     /// Seconds after which a member's past use counts half (0: not kept).
@@ -482,25 +505,28 @@ impl Cohort {
         self.usage_half_life_s.saturating_mul(1000)
     }
     /// Lendable GPUs in a flavor.
-    pub fn capacity(&self, f: FlavorIdx) -> Gpus {
-        self.pool_capacity.get(f as usize).copied().unwrap_or(0)
+    pub fn capacity(&self, f: FlavorIdx) -> QuotaGpus {
+        self.pool_capacity
+            .get(f as usize)
+            .copied()
+            .unwrap_or_default()
     }
     /// Drawn GPUs in a flavor.
-    pub fn used(&self, f: FlavorIdx) -> Gpus {
-        self.pool_used.get(f as usize).copied().unwrap_or(0)
+    pub fn used(&self, f: FlavorIdx) -> QuotaGpus {
+        self.pool_used.get(f as usize).copied().unwrap_or_default()
     }
     /// GPUs drawn in a flavor past what its members lend: quota a lender
     /// took back (its budget renewed, its lending limit lowered) while
     /// borrowers held it. Admission never adds to it; it shrinks as the
     /// borrowers finish, or as a returning owner reclaims it from them.
-    pub fn over_lent(&self, f: FlavorIdx) -> Gpus {
-        self.used(f).saturating_sub(self.capacity(f))
+    pub fn over_lent(&self, f: FlavorIdx) -> QuotaGpus {
+        self.used(f) - self.capacity(f)
     }
     /// Whether the pool, with `drawn` GPUs of flavor `f` drawn, can lend
     /// `more`: drawing nothing is always allowed (an over-lent pool does
     /// not hold back a member within its guaranteed part).
-    pub fn can_lend(&self, f: FlavorIdx, drawn: Gpus, more: Gpus) -> bool {
-        more == 0 || drawn.saturating_add(more) <= self.capacity(f)
+    pub fn can_lend(&self, f: FlavorIdx, drawn: QuotaGpus, more: QuotaGpus) -> bool {
+        more.is_zero() || drawn + more <= self.capacity(f)
     }
 }
 
@@ -886,7 +912,7 @@ impl State {
             .filter(|&u| u != except)
             .filter(|&u| {
                 let tu = self.tenant(u);
-                tu.used(f) > tu.quota(f).map_or(0, |q| q.nominal)
+                tu.used(f) > tu.nominal(f)
             })
             .collect()
     }
@@ -1012,7 +1038,7 @@ impl State {
     }
 
     /// Changes a tenant's usage in a flavor and keeps its cohort's pool in step.
-    fn charge(&mut self, t: TenantIdx, f: FlavorIdx, new_used: Gpus) {
+    fn charge(&mut self, t: TenantIdx, f: FlavorIdx, new_used: QuotaGpus) {
         self.roll_use(t);
         let tenant = &mut self.tenants[t as usize];
         let old_used = tenant.used(f);
@@ -1040,7 +1066,8 @@ impl State {
         tenant.decayed.roll(&tenant.usage, h, self.clock);
         for (f, ledger) in tenant.budgets.iter_mut().enumerate() {
             if let Some(l) = ledger {
-                l.roll(tenant.usage.get(f).copied().unwrap_or(0), self.clock);
+                let used = tenant.usage.get(f).copied().unwrap_or_default();
+                l.roll(used.get(), self.clock);
             }
         }
     }
@@ -1073,7 +1100,7 @@ impl State {
             *at_mut(&mut self.capacity_version, f as usize) += 1;
             if let Some(t) = tenant {
                 let used = self.tenants[t as usize].used(f);
-                self.charge(t, f, used - total);
+                self.charge(t, f, used - QuotaGpus::from(total));
             }
         }
         self.orphaned.remove(&id);
@@ -1121,10 +1148,7 @@ impl State {
     /// it would hold the cohort's borrowing for nobody.
     fn drop_holds_past_nominal(&mut self, t: TenantIdx, f: FlavorIdx) {
         let tenant = &self.tenants[t as usize];
-        let room = tenant
-            .quota(f)
-            .map_or(0, |q| q.nominal)
-            .saturating_sub(tenant.used(f));
+        let room = (tenant.nominal(f) - tenant.used(f)).get();
         let past: Vec<JobId> = self
             .reclaim_holds
             .iter()
@@ -1257,25 +1281,10 @@ impl State {
     fn detach_tenant(&mut self, t: TenantIdx) {
         let tenant = &self.tenants[t as usize];
         let Some(c) = tenant.cohort else { return };
-        let per_flavor: Vec<(usize, Gpus)> = (0..tenant.quotas.len())
-            .map(|f| {
-                let f16 = f as FlavorIdx;
-                (f, tenant.pool_draw(f16, tenant.used(f16)))
-            })
-            .collect();
-        let extra_usage: Vec<(usize, Gpus)> = tenant
-            .usage
-            .iter()
-            .enumerate()
-            .skip(tenant.quotas.len())
-            .map(|(f, &u)| (f, u))
-            .collect();
+        let draws = tenant.pool_draws();
         let cohort = &mut self.cohorts[c as usize];
-        for (f, draw) in per_flavor {
+        for (f, draw) in draws {
             *at_mut(&mut cohort.pool_used, f) -= draw;
-        }
-        for (f, u) in extra_usage {
-            *at_mut(&mut cohort.pool_used, f) -= u;
         }
         cohort.members.retain(|m| *m != t);
         cohort.version += 1;
@@ -1290,18 +1299,23 @@ impl State {
     /// a member lends less.
     fn recount_pool_capacity(&mut self, c: CohortIdx) {
         let cohort = &self.cohorts[c as usize];
-        let capacity: Vec<Gpus> = (0..cohort.pool_capacity.len())
+        let capacity: Vec<QuotaGpus> = (0..cohort.pool_capacity.len())
             .map(|f| self.lent_by_members(cohort, f as FlavorIdx))
             .collect();
         self.cohorts[c as usize].pool_capacity = capacity;
     }
 
     /// What a cohort's members lend in a flavor, saturating.
-    fn lent_by_members(&self, cohort: &Cohort, f: FlavorIdx) -> Gpus {
-        cohort.members.iter().fold(0, |sum: Gpus, &m| {
-            let lend = self.tenants[m as usize].quota(f).map_or(0, |q| q.lendable);
-            sum.saturating_add(lend)
-        })
+    fn lent_by_members(&self, cohort: &Cohort, f: FlavorIdx) -> QuotaGpus {
+        cohort
+            .members
+            .iter()
+            .map(|&m| {
+                self.tenants[m as usize]
+                    .quota(f)
+                    .map_or(QuotaGpus::ZERO, |q| q.lendable)
+            })
+            .sum()
     }
 
     /// The cohort of this name, created empty if none has it yet.
@@ -1325,16 +1339,9 @@ impl State {
 
     fn attach_tenant(&mut self, t: TenantIdx, cohort_name: &str) {
         let c = self.cohort_named(cohort_name);
-        let tenant = &self.tenants[t as usize];
-        let flavors = tenant.quotas.len().max(tenant.usage.len());
-        let per_flavor: Vec<(usize, Gpus)> = (0..flavors)
-            .map(|f| {
-                let f16 = f as FlavorIdx;
-                (f, tenant.pool_draw(f16, tenant.used(f16)))
-            })
-            .collect();
+        let draws = self.tenants[t as usize].pool_draws();
         let cohort = &mut self.cohorts[c as usize];
-        for (f, draw) in per_flavor {
+        for (f, draw) in draws {
             // A slot for each of its flavors, counted below.
             at_mut(&mut cohort.pool_capacity, f);
             *at_mut(&mut cohort.pool_used, f) += draw;
@@ -1864,7 +1871,7 @@ impl State {
         job: JobId,
         flavor: &str,
         kind: &'static str,
-    ) -> Result<(FlavorIdx, TenantIdx, Gpus, QueueKey), ApplyError> {
+    ) -> Result<(FlavorIdx, TenantIdx, QuotaGpus, QueueKey), ApplyError> {
         let j = self.expect_phase(job, &[Phase::Queued], kind)?;
         let f = self
             .flavor(flavor)
@@ -1874,7 +1881,7 @@ impl State {
         if j.last_checkpoint.as_ref().is_some_and(|c| c.flavor != f) {
             return Err(ApplyError::IncompatibleResume { job });
         }
-        let need = j.spec.total_gpus();
+        let need = j.quota_gpus();
         let tenant = &self.tenants[t as usize];
         if !tenant.pending.contains(&j.queue_key()) {
             return Err(ApplyError::IllegalTransition {
@@ -2650,9 +2657,9 @@ impl State {
                 put(t.queue.name().as_bytes());
             }
             for (f, u) in t.usage.iter().enumerate() {
-                if *u > 0 {
+                if !u.is_zero() {
                     put(self.flavor_name(f as FlavorIdx).as_bytes());
-                    put(&u.to_le_bytes());
+                    put(&u.get().to_le_bytes());
                 }
             }
         }
@@ -2783,8 +2790,8 @@ impl State {
                 if l.period_start != l.budget.period.start_of(l.at) {
                     return Err(format!("tenant {name}: budget counted in the wrong period"));
                 }
-                let own = t.quota(f as FlavorIdx).map_or(0, |q| q.nominal);
-                if t.budget_borrows_only(f as FlavorIdx) && own != 0 {
+                let own = t.nominal(f as FlavorIdx);
+                if t.budget_borrows_only(f as FlavorIdx) && !own.is_zero() {
                     return Err(format!(
                         "tenant {name}: spent borrow-only budget but {own} GPUs of its own"
                     ));
@@ -2845,7 +2852,7 @@ impl State {
             for f in 0..self.flavors.len() {
                 let f = f as FlavorIdx;
                 let used = usage.get(&(ti as TenantIdx, f)).copied().unwrap_or(0);
-                if used != t.used(f) as u64 {
+                if used != u64::from(t.used(f).get()) {
                     return Err(format!(
                         "tenant {} usage drifted in {}",
                         t.spec.name,
@@ -2867,13 +2874,13 @@ impl State {
                     .iter()
                     .map(|&m| {
                         let t = &self.tenants[m as usize];
-                        t.pool_draw(f, t.used(f)) as u64
+                        u64::from(t.pool_draw(f, t.used(f)).get())
                     })
                     .sum();
                 // Drawn past capacity only where a lender took quota back
                 // while it was lent (`Cohort::over_lent`); admission never
                 // draws past it.
-                if drawn != c.used(f) as u64 {
+                if drawn != u64::from(c.used(f).get()) {
                     return Err(format!("cohort {} pool drifted", c.name));
                 }
                 let lent = self.lent_by_members(c, f);

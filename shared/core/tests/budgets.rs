@@ -123,7 +123,7 @@ fn a_spent_budget_with_borrow_only_runs_on_lent_quota_and_is_reclaimed_first() {
     let next = d.submit(job("a", 4, 8, "any"));
     let events = d.run_until_quiet();
     assert!(kinds(&events).contains(&"budget_spent"), "{events:?}");
-    assert_eq!(d.state.tenant(a).quota(0).map(|q| q.nominal), Some(0));
+    assert_eq!(d.state.tenant(a).nominal(0), 0);
     assert_eq!(d.state.cohort(0).capacity(0), 32);
     // It runs on the cohort's idle quota, all of it borrowed.
     assert_eq!(d.phase(next), Phase::Bound);

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{job, tenant, Driver, FLAVOR};
-use gpusched_core::{ApplyError, CycleConfig, Phase};
+use gpusched_core::{ApplyError, CycleConfig, Phase, QuotaGpus};
 use gpusched_events::{
     Assignment, CheckpointRef, Event, Outcome, PendingReason, PreemptionCause, QueueState,
     RequeueReason, Victim,
@@ -359,6 +359,61 @@ fn plans_in_flight_count_toward_the_next_owner_jobs_deficit() {
         .filter(|b| d.phase(**b) == Phase::Running)
         .count();
     assert_eq!(running, 8, "the borrower keeps its nominal 64");
+}
+
+#[test]
+fn quotas_near_u32_max_from_an_older_log_still_admit_borrow_and_reclaim_without_wrapping() {
+    // Releases before the 1,000,000-GPU bound took any u32. A lender of
+    // u32::MAX fills the cohort's pool to the top and a borrower may borrow
+    // u32::MAX past its nominal 0: every sum of them stops at u32::MAX
+    // (`QuotaGpus`), so admission, the pool and a reclaim read as with
+    // small quotas.
+    let mut d = Driver::default();
+    d.cluster(1, 1, 2, 8, FLAVOR);
+    d.tenant(tenant("vast").cohort("c").quota(FLAVOR, u32::MAX));
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 8));
+    d.tenant(
+        tenant("borrower")
+            .cohort("c")
+            .quota(FLAVOR, 0)
+            .borrowing(u32::MAX),
+    );
+    let b: Vec<JobId> = (0..2)
+        .map(|_| d.submit(job("borrower", 1, 8, "node")))
+        .collect();
+    d.settle();
+    assert!(b.iter().all(|&j| d.phase(j) == Phase::Running));
+    let borrower = d.state.tenant_idx("borrower").unwrap();
+    assert_eq!(d.state.tenant(borrower).limit(0), QuotaGpus::UNLIMITED);
+    assert_eq!(d.state.cohort(0).capacity(0), u32::MAX);
+    assert_eq!(d.state.cohort(0).used(0), 16);
+    d.advance(1000);
+
+    // The owner returns for its nominal 8: room is reclaimed from one of
+    // the borrower's jobs (no quota is missing: the pool is far from full).
+    let owner = d.submit(job("owner", 1, 8, "node"));
+    let ev = d.run_until_quiet();
+    let p = plans(&ev);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, owner);
+    assert!(matches!(
+        p[0].1,
+        PreemptionCause::Reclaim {
+            quota_deficit: 0,
+            ..
+        }
+    ));
+    assert_eq!(p[0].2.len(), 1);
+    let victim = p[0].2[0].job;
+    assert!(b.contains(&victim));
+    d.advance_to(p[0].2[0].deadline);
+    d.settle();
+    assert_eq!(d.phase(owner), Phase::Running);
+    // The victim is admitted again (its limit is unlimited) and waits for
+    // room: the pool counts the owner's 8 and the borrower's 16, exactly.
+    assert_eq!(d.phase(victim), Phase::Admitted);
+    assert_eq!(d.state.gpus_in_use(), 16);
+    assert_eq!(d.state.cohort(0).used(0), 24);
 }
 
 #[test]

@@ -222,8 +222,8 @@ impl Checker {
                 .map(|j| j.spec.total_gpus())
                 .sum();
             let tenant = s.tenant(t);
-            let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
-            let keeps = tenant.used(f).saturating_sub(stopping);
+            let nominal = tenant.nominal(f).get();
+            let keeps = tenant.used(f).get().saturating_sub(stopping);
             if sum - largest >= keeps.saturating_sub(nominal) {
                 return Err(format!(
                     "a reclaim took {sum} GPUs from {} (largest victim {largest}), which keeps {keeps} once its {stopping} stopping GPUs are gone, nominal {nominal}",

@@ -785,7 +785,7 @@ fn check_budgets_in_log(log: &[Event]) -> Result<(), TestCaseError> {
                 let t = st.tenant_idx(tenant).expect("a tenant");
                 let f = st.flavor(flavor).expect("a flavor");
                 let l = st.tenant(t).budget(f).expect("a budget");
-                let left = l.left_at(st.tenant(t).used(f), *at);
+                let left = l.left_at(st.tenant(t).used(f).get(), *at);
                 if matches!(e, Event::BudgetSpent { .. }) {
                     prop_assert_eq!(left, 0, "event {}: marked spent with GPU-ms left", i);
                 } else {
@@ -805,7 +805,7 @@ fn check_budgets_in_log(log: &[Event]) -> Result<(), TestCaseError> {
             .iter()
             .map(|t| {
                 (
-                    t.usage.clone(),
+                    t.usage.iter().map(|u| u.get()).collect(),
                     t.budgets
                         .iter()
                         .map(|b| b.as_ref().map(|l| l.budget))
@@ -863,7 +863,7 @@ fn check_budgets_in_log(log: &[Event]) -> Result<(), TestCaseError> {
             .map(|&(s, e, u)| u64::from(u) * e.min(now.0).saturating_sub(s.max(start)))
             .sum();
         prop_assert_eq!(
-            l.used_at(tenant.used(*f), now),
+            l.used_at(tenant.used(*f).get(), now),
             want,
             "tenant {} flavor {}",
             t,
@@ -958,7 +958,11 @@ fn check_decayed_use_in_log(log: &[Event]) -> Result<(), TestCaseError> {
     let mut sums: Vec<Sum> = Vec::new();
     for e in log {
         let before_clock = st.clock().0;
-        let before_usage: Vec<Vec<u32>> = st.tenants().iter().map(|t| t.usage.clone()).collect();
+        let before_usage: Vec<Vec<u32>> = st
+            .tenants()
+            .iter()
+            .map(|t| t.usage.iter().map(|u| u.get()).collect())
+            .collect();
         st.apply(e).expect("the log replays");
         let now = st.clock().0;
         sums.resize_with(st.tenants().len(), Sum::default);

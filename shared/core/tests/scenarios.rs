@@ -471,7 +471,7 @@ fn lending_limit_keeps_the_lenders_guaranteed_part_out_of_the_pool() {
     assert_eq!(d.phase(l2), Phase::Bound);
     assert_eq!(d.phase(b2), Phase::Queued);
     let c = d.state.cohort(0);
-    assert_eq!((c.used(0), c.capacity(0)), (4, 4));
+    assert_eq!((c.used(0).get(), c.capacity(0).get()), (4, 4));
 }
 
 // ---------------------------------------------------------------- apply

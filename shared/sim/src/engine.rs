@@ -16,8 +16,8 @@ use crate::cluster::Cluster;
 use crate::workload::{Workload, WorkloadKind};
 use gpusched_core::state::TenantIdx;
 use gpusched_core::{
-    run_cycle_timed, ApplyError, CycleConfig, FlavorIdx, Goodput, Phase, ReclaimClock, ScanMemo,
-    Stage, StageClock, State,
+    run_cycle_timed, ApplyError, CycleConfig, FlavorIdx, Goodput, Phase, QuotaGpus, ReclaimClock,
+    ScanMemo, Stage, StageClock, State,
 };
 use gpusched_events::{
     Event, Outcome, PendingReason, PreemptionCause, RejectReason, RequeueReason,
@@ -1253,8 +1253,8 @@ fn imbalance(
     let mut below = false;
     for (t, g) in given {
         let tm = state.tenant(t);
-        let nominal = tm.quota(f).map_or(0, |q| q.nominal);
-        let after = tm.used(f).saturating_sub(g);
+        let nominal = tm.nominal(f);
+        let after = tm.used(f) - QuotaGpus::from(g);
         if after < nominal {
             below = true;
             text.push_str(&format!(

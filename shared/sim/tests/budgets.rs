@@ -258,7 +258,7 @@ fn used_per_day(log: &[Event], end: Timestamp, tenant: &str) -> BTreeMap<u64, f6
         state.apply(e).unwrap();
         gpus = state.tenant_idx(tenant).map_or(0, |t| {
             let f = state.flavor(FLAVOR).unwrap();
-            u64::from(state.tenant(t).used(f))
+            u64::from(state.tenant(t).used(f).get())
         });
     }
     spread(since, end.0, gpus);

@@ -107,17 +107,17 @@ pub fn relief(state: &State, id: JobId, ctx: &Context) -> Option<Relief> {
         (Phase::Admitted, PendingReason::NoDomainFits { .. }) => (job.flavor?, false),
         _ => return None,
     };
-    let nominal = tenant.quota(f).map_or(0, |q| q.nominal);
+    let nominal = tenant.nominal(f);
     let used = tenant.used(f);
-    let need = job.spec.total_gpus();
+    let need = job.quota_gpus();
     let flavor = state.flavor_name(f).to_string();
     let cohort = state.cohort(c).name.clone();
     if quota_missing && used + need > nominal {
         return Some(Relief::AboveNominal {
             flavor,
-            used,
-            nominal,
-            need,
+            used: used.get(),
+            nominal: nominal.get(),
+            need: need.get(),
         });
     }
     if !quota_missing && used > nominal {

@@ -443,10 +443,10 @@ pub fn over_quota(s: &State) -> BTreeMap<OverAt, Gpus> {
     for f in 0..s.flavors().len() {
         let f = f as gpusched_core::FlavorIdx;
         for (i, t) in s.tenants().iter().enumerate() {
-            out.insert(("tenant", i, f), t.over_limit(f));
+            out.insert(("tenant", i, f), t.over_limit(f).get());
         }
         for (i, c) in s.cohorts().iter().enumerate() {
-            out.insert(("cohort", i, f), c.over_lent(f));
+            out.insert(("cohort", i, f), c.over_lent(f).get());
         }
     }
     out.retain(|_, g| *g > 0);
