@@ -27,7 +27,7 @@ mod words;
 
 pub use gantt::{gantt, Bar, Gantt, Lane, Mark};
 pub use log_line::{log_line, nodes_touched, tenant_touched};
-pub use relief::{relief, Relief};
+pub use relief::{relief, BorrowerJobs, Relief};
 
 use crate::capacity::CapacityOverlay;
 use crate::limits::{CycleConfig, PreemptionConfig};

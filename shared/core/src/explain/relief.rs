@@ -39,18 +39,9 @@ pub enum Relief {
         flavor: String,
         /// The cohort.
         cohort: String,
-        /// Borrowers' running jobs that may be preempted now.
-        eligible: Vec<JobId>,
-        /// Borrowers' jobs protected by the minimum runtime, with the time
-        /// each becomes eligible.
-        protected: Vec<(JobId, Timestamp)>,
-        /// Borrowers' jobs bound but not started: protected for the minimum
-        /// runtime once they start.
-        not_started: Vec<JobId>,
-        /// Borrowers' jobs already stopping for another job.
-        stopping: Vec<JobId>,
-        /// Borrowers' jobs that are not preemptible.
-        not_preemptible: Vec<JobId>,
+        /// The borrowers' jobs in the flavor, by what keeps each from
+        /// being preempted now.
+        borrowers: BorrowerJobs,
     },
     /// A reclaim cannot help: the job would take its tenant above its nominal quota.
     AboveNominal {
@@ -70,6 +61,24 @@ pub enum Relief {
         /// The cohort.
         cohort: String,
     },
+}
+
+/// Borrowers' jobs holding a flavor, sorted by whether a reclaim may
+/// preempt them now, and if not, why not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BorrowerJobs {
+    /// Running jobs that may be preempted now.
+    pub eligible: Vec<JobId>,
+    /// Jobs protected by the minimum runtime, with the time each becomes
+    /// eligible, soonest first.
+    pub protected: Vec<(JobId, Timestamp)>,
+    /// Jobs bound but not started: protected for the minimum runtime once
+    /// they start.
+    pub not_started: Vec<JobId>,
+    /// Jobs already stopping for another job.
+    pub stopping: Vec<JobId>,
+    /// Jobs that are not preemptible.
+    pub not_preemptible: Vec<JobId>,
 }
 
 /// What preemption does or could do for `id`, if it waits and preemption
@@ -128,37 +137,105 @@ pub fn relief(state: &State, id: JobId, ctx: &Context) -> Option<Relief> {
         // Admitted and blocked for room only: GPUs free up on their own.
         return quota_missing.then_some(Relief::NoBorrowers { flavor, cohort });
     }
-    let mut eligible = Vec::new();
-    let mut protected = Vec::new();
-    let mut not_started = Vec::new();
-    let mut stopping = Vec::new();
-    let mut not_preemptible = Vec::new();
-    for j in borrower_jobs(state, f, &borrowers) {
-        let Some(v) = state.job(j) else { continue };
-        match (v.phase, v.started_at) {
-            (Phase::Preempting, _) => stopping.push(j),
-            _ if !v.spec.preemptible => not_preemptible.push(j),
-            (Phase::Running, Some(s)) => {
-                let at = Timestamp(s.0.saturating_add(ctx.min_runtime_ms));
-                if at <= ctx.now {
-                    eligible.push(j);
-                } else {
-                    protected.push((j, at));
-                }
-            }
-            _ => not_started.push(j),
-        }
-    }
-    protected.sort_by_key(|&(j, at)| (at, j));
     Some(Relief::Reclaim {
         flavor,
         cohort,
-        eligible,
-        protected,
-        not_started,
-        stopping,
-        not_preemptible,
+        borrowers: BorrowerJobs::sort(state, borrower_jobs(state, f, &borrowers), ctx),
     })
+}
+
+impl BorrowerJobs {
+    /// Sorts `jobs` by whether a reclaim may preempt each now.
+    fn sort(state: &State, jobs: BTreeSet<JobId>, ctx: &Context) -> BorrowerJobs {
+        let mut out = BorrowerJobs::default();
+        for j in jobs {
+            let Some(v) = state.job(j) else { continue };
+            match (v.phase, v.started_at) {
+                (Phase::Preempting, _) => out.stopping.push(j),
+                _ if !v.spec.preemptible => out.not_preemptible.push(j),
+                (Phase::Running, Some(s)) => {
+                    let at = Timestamp(s.0.saturating_add(ctx.min_runtime_ms));
+                    if at <= ctx.now {
+                        out.eligible.push(j);
+                    } else {
+                        out.protected.push((j, at));
+                    }
+                }
+                _ => out.not_started.push(j),
+            }
+        }
+        out.protected.sort_by_key(|&(j, at)| (at, j));
+        out
+    }
+
+    /// Them in words, for a reclaim in `flavor` of `cohort`, times
+    /// relative to `now`.
+    fn describe(&self, flavor: &str, cohort: &str, now: Timestamp) -> String {
+        let BorrowerJobs {
+            eligible,
+            protected,
+            not_started,
+            stopping,
+            not_preemptible,
+        } = self;
+        let mut parts = Vec::new();
+        let all_np = eligible.is_empty()
+            && protected.is_empty()
+            && not_started.is_empty()
+            && stopping.is_empty();
+        if !eligible.is_empty() {
+            parts.push(format!(
+                "no reclaim planned yet; borrowers' {} may be preempted for it",
+                jobs(eligible)
+            ));
+        } else if all_np && not_preemptible.is_empty() {
+            parts.push(format!(
+                "no borrower can be preempted: the {flavor} quota borrowed in cohort {cohort} is charged to jobs not placed yet"
+            ));
+        } else if all_np {
+            parts.push(format!(
+                "no borrower can be preempted: every borrower's job in {flavor} ({}) is not preemptible",
+                jobs(not_preemptible)
+            ));
+        } else {
+            parts.push(format!(
+                "no reclaim yet: no borrower in cohort {cohort} may be preempted now"
+            ));
+        }
+        if !protected.is_empty() {
+            let each: Vec<String> = protected
+                .iter()
+                .take(8)
+                .map(|(j, at)| format!("job {j} {}", relative(*at, now)))
+                .collect();
+            let more = protected.len().saturating_sub(8);
+            parts.push(format!(
+                "protected by the minimum runtime, borrowers become eligible: {}{}",
+                each.join(", "),
+                if more > 0 {
+                    format!(" and {more} more later")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if !not_started.is_empty() {
+            parts.push(format!(
+                "{} not started yet (protected for the minimum runtime once started)",
+                jobs(not_started)
+            ));
+        }
+        if !stopping.is_empty() {
+            parts.push(format!(
+                "{} already stopping for another job",
+                jobs(stopping)
+            ));
+        }
+        if !not_preemptible.is_empty() && !all_np {
+            parts.push(format!("{} not preemptible", jobs(not_preemptible)));
+        }
+        parts.join("; ")
+    }
 }
 
 /// Jobs of `borrowers` holding GPUs of flavor `f`, by id.
@@ -218,70 +295,8 @@ impl Relief {
             Relief::Reclaim {
                 flavor,
                 cohort,
-                eligible,
-                protected,
-                not_started,
-                stopping,
-                not_preemptible,
-            } => {
-                let mut parts = Vec::new();
-                let all_np = eligible.is_empty()
-                    && protected.is_empty()
-                    && not_started.is_empty()
-                    && stopping.is_empty();
-                if !eligible.is_empty() {
-                    parts.push(format!(
-                        "no reclaim planned yet; borrowers' {} may be preempted for it",
-                        jobs(eligible)
-                    ));
-                } else if all_np && not_preemptible.is_empty() {
-                    parts.push(format!(
-                        "no borrower can be preempted: the {flavor} quota borrowed in cohort {cohort} is charged to jobs not placed yet"
-                    ));
-                } else if all_np {
-                    parts.push(format!(
-                        "no borrower can be preempted: every borrower's job in {flavor} ({}) is not preemptible",
-                        jobs(not_preemptible)
-                    ));
-                } else {
-                    parts.push(format!(
-                        "no reclaim yet: no borrower in cohort {cohort} may be preempted now"
-                    ));
-                }
-                if !protected.is_empty() {
-                    let each: Vec<String> = protected
-                        .iter()
-                        .take(8)
-                        .map(|(j, at)| format!("job {j} {}", relative(*at, now)))
-                        .collect();
-                    let more = protected.len().saturating_sub(8);
-                    parts.push(format!(
-                        "protected by the minimum runtime, borrowers become eligible: {}{}",
-                        each.join(", "),
-                        if more > 0 {
-                            format!(" and {more} more later")
-                        } else {
-                            String::new()
-                        }
-                    ));
-                }
-                if !not_started.is_empty() {
-                    parts.push(format!(
-                        "{} not started yet (protected for the minimum runtime once started)",
-                        jobs(not_started)
-                    ));
-                }
-                if !stopping.is_empty() {
-                    parts.push(format!(
-                        "{} already stopping for another job",
-                        jobs(stopping)
-                    ));
-                }
-                if !not_preemptible.is_empty() && !all_np {
-                    parts.push(format!("{} not preemptible", jobs(not_preemptible)));
-                }
-                parts.join("; ")
-            }
+                borrowers,
+            } => borrowers.describe(flavor, cohort, now),
         }
     }
 }
