@@ -1475,16 +1475,18 @@ mod cost_examples {
         (c.lost, c.cost, c.deadline.0)
     }
 
+    /// (lost, cost, deadline) of stopping `job` 600 s after it started.
+    fn at_600_s(job: &Job) -> (u64, u64, u64) {
+        cost(job, 1_600_000, VictimOrder::Checkpoint)
+    }
+
     #[test]
     fn without_checkpoints_a_victim_loses_all_it_ran_plus_the_grace() {
         // When: stopped 600 s after it started.
         let job = running(None);
         // Then: lost 8 × (600 s + 30 s grace); cost adds 8 × 60 s restart;
         // stopped at the end of the grace.
-        assert_eq!(
-            cost(&job, 1_600_000, VictimOrder::Checkpoint),
-            (5_040_000, 5_520_000, 1_630_000)
-        );
+        assert_eq!(at_600_s(&job), (5_040_000, 5_520_000, 1_630_000));
     }
 
     #[test]
@@ -1498,10 +1500,7 @@ mod cost_examples {
             flavor: 0,
         });
         // Then at 600 s: lost 8 × (200 s + 30 s), cost + 8 × 60 s.
-        assert_eq!(
-            cost(&job, 1_600_000, VictimOrder::Checkpoint),
-            (1_840_000, 2_320_000, 1_630_000)
-        );
+        assert_eq!(at_600_s(&job), (1_840_000, 2_320_000, 1_630_000));
     }
 
     #[test]
@@ -1510,16 +1509,10 @@ mod cost_examples {
         let job = running(policy(3600, 60));
         // Then at 600 s: lost 8 × 60 s, cost + 8 × 60 s restart, and the
         // deadline leaves the checkpoint 60 s + 5 s (more than the grace).
-        assert_eq!(
-            cost(&job, 1_600_000, VictimOrder::Checkpoint),
-            (480_000, 960_000, 1_665_000)
-        );
+        assert_eq!(at_600_s(&job), (480_000, 960_000, 1_665_000));
         // A checkpoint shorter than the grace: the grace is the deadline.
         let quick = running(policy(3600, 20));
-        assert_eq!(
-            cost(&quick, 1_600_000, VictimOrder::Checkpoint),
-            (160_000, 640_000, 1_630_000)
-        );
+        assert_eq!(at_600_s(&quick), (160_000, 640_000, 1_630_000));
     }
 
     #[test]
@@ -1527,10 +1520,7 @@ mod cost_examples {
         // Given: checkpoints of 400 s (over the 300 s checkpoint grace).
         let job = running(policy(3600, 400));
         // Then: costed as a stop without one.
-        assert_eq!(
-            cost(&job, 1_600_000, VictimOrder::Checkpoint),
-            (5_040_000, 5_520_000, 1_630_000)
-        );
+        assert_eq!(at_600_s(&job), (5_040_000, 5_520_000, 1_630_000));
     }
 
     #[test]
