@@ -409,3 +409,24 @@ fn evictions_in_one_cycle_stay_within_max_cycle_candidates() {
     assert_eq!(sent_back(&d.cycle().events), 2);
     assert_eq!(sent_back(&d.cycle().events), 1);
 }
+
+#[test]
+fn which_node_status_may_follow_which_is_one_table() {
+    // Rows: the status now; columns: the status asked for, in the order
+    // ready, cordoned, drained, evicted, lost. A lost node comes back
+    // only by rejoining (NodeAdded), never by an operator's change.
+    use NodeStatus::{Cordoned, Drained, Evicted, Lost, Ready};
+    let to = [Ready, Cordoned, Drained, Evicted, Lost];
+    let table = [
+        (Ready, [false, true, true, true, true]),
+        (Cordoned, [true, false, true, true, true]),
+        (Drained, [true, false, false, true, true]),
+        (Evicted, [true, false, false, false, true]),
+        (Lost, [false, false, false, false, false]),
+    ];
+    for (from, allowed) in table {
+        for (to, want) in to.iter().zip(allowed) {
+            assert_eq!(from.may_be_set_to(*to), want, "{from:?} → {to:?}");
+        }
+    }
+}
