@@ -261,25 +261,22 @@ impl Client {
         Ok(sent)
     }
 
-    /// Submits `jobs` as fast as replies come, `batch` jobs a request
-    /// (`POST /v1/jobs:batch`) with at most `in_flight` requests open;
-    /// keys as [`Client::submit_all`]'s.
+    /// Submits `s.jobs` as fast as replies come, `batch` jobs a request
+    /// (`POST /v1/jobs:batch`) with at most `s.in_flight` requests open.
     pub async fn submit_all_batched(
         &self,
-        jobs: &[Planned],
+        s: &Submission<'_>,
         batch: usize,
-        in_flight: usize,
-        key_prefix: &str,
-        bar: &ProgressBar,
         cancel: &CancellationToken,
     ) -> Result<SubmitOutcome> {
         let started = Instant::now();
         let (mut accepted, mut failed, mut resent) = (0u64, 0u64, 0u64);
-        let mut latencies_ms = Vec::with_capacity(jobs.len());
-        let chunks: Vec<Vec<(String, &JobSpec)>> = jobs
+        let mut latencies_ms = Vec::with_capacity(s.jobs.len());
+        let chunks: Vec<Vec<(String, &JobSpec)>> = s
+            .jobs
             .iter()
             .enumerate()
-            .map(|(i, p)| (format!("{key_prefix}{i}"), &p.spec))
+            .map(|(i, p)| (format!("{}{i}", s.key_prefix), &p.spec))
             .collect::<Vec<_>>()
             .chunks(batch.max(1))
             .map(<[_]>::to_vec)
@@ -289,7 +286,7 @@ impl Client {
             let out = self.submit_batch(chunk).await;
             (chunk.len(), out, t.elapsed().as_secs_f64() * 1000.0)
         }))
-        .buffer_unordered(in_flight.max(1));
+        .buffer_unordered(s.in_flight.max(1));
         loop {
             let next = tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -311,7 +308,7 @@ impl Client {
                 }
             }
             latencies_ms.extend(std::iter::repeat_n(ms, n));
-            bar.inc(n as u64);
+            s.bar.inc(n as u64);
         }
         Ok(SubmitOutcome {
             accepted,
@@ -328,26 +325,22 @@ impl Client {
         get_json(&self.http, &self.base, &self.auth, "/v1/status").await
     }
 
-    /// Submits `jobs` with at most `in_flight` requests open. With `open_loop`
-    /// each job is sent at its planned offset from the start whatever the
-    /// replies; otherwise as fast as replies come. `key_prefix` keeps keys
-    /// of separate batches apart.
+    /// Submits `s.jobs` a request each, with at most `s.in_flight` requests
+    /// open. With `open_loop` each job is sent at its planned offset from
+    /// the start whatever the replies; otherwise as fast as replies come.
     pub async fn submit_all(
         &self,
-        jobs: &[Planned],
+        s: &Submission<'_>,
         open_loop: bool,
-        in_flight: usize,
-        key_prefix: &str,
-        bar: &ProgressBar,
         cancel: &CancellationToken,
     ) -> Result<SubmitOutcome> {
         let started = Instant::now();
         let accepted = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
-        let lat = Arc::new(Mutex::new(Vec::with_capacity(jobs.len())));
+        let lat = Arc::new(Mutex::new(Vec::with_capacity(s.jobs.len())));
         let lag = Arc::new(Mutex::new(0f64));
         let first_error: Arc<Mutex<Option<String>>> = Arc::default();
-        let stream = futures::stream::iter(jobs.iter().enumerate()).map(|(i, p)| {
+        let stream = futures::stream::iter(s.jobs.iter().enumerate()).map(|(i, p)| {
             let (accepted, failed, lat, lag, first_error) = (
                 accepted.clone(),
                 failed.clone(),
@@ -355,7 +348,7 @@ impl Client {
                 lag.clone(),
                 first_error.clone(),
             );
-            let key = format!("{key_prefix}{i}");
+            let key = format!("{}{i}", s.key_prefix);
             async move {
                 if open_loop {
                     let due = started + p.at;
@@ -380,15 +373,15 @@ impl Client {
                         }
                     }
                 }
-                bar.inc(1);
+                s.bar.inc(1);
             }
         });
         // Open loop: sends are paced by their due times, so the bound on
         // open requests is only a safety net.
         let limit = if open_loop {
-            in_flight.max(4096)
+            s.in_flight.max(4096)
         } else {
-            in_flight.max(1)
+            s.in_flight.max(1)
         };
         let mut run = stream.buffer_unordered(limit);
         loop {
@@ -412,6 +405,21 @@ impl Client {
             resent: 0,
         })
     }
+}
+
+/// Jobs to submit, and how: at most `in_flight` requests open, each job's
+/// idempotency key `key_prefix` followed by its index (the prefix keeps
+/// the keys of separate batches apart), each counted on `bar`.
+#[derive(Clone, Copy)]
+pub struct Submission<'a> {
+    /// The jobs.
+    pub jobs: &'a [Planned],
+    /// Requests open at once.
+    pub in_flight: usize,
+    /// Prefix of every job's idempotency key.
+    pub key_prefix: &'a str,
+    /// Counts each job sent.
+    pub bar: &'a ProgressBar,
 }
 
 /// A progress bar for `len` items.

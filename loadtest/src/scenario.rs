@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use gpusched_runtime::wall_clock;
 use tokio_util::sync::CancellationToken;
 
-use crate::drive::{self, Client, Status, SubmitOutcome};
+use crate::drive::{self, Client, Status, Submission, SubmitOutcome};
 use crate::metrics::{self, LogFacts};
 use crate::outcome::{Outcome, Plan, ReclaimOutcome, RestartOutcome};
 use crate::report::{self, Report};
@@ -371,6 +371,21 @@ struct Ctx<'a> {
     cancel: &'a CancellationToken,
 }
 
+/// `jobs` sent as fast as replies come, `--in-flight` requests open.
+fn closed_loop<'a>(
+    jobs: &'a [Planned],
+    args: &Args,
+    key_prefix: &'a str,
+    bar: &'a indicatif::ProgressBar,
+) -> Submission<'a> {
+    Submission {
+        jobs,
+        in_flight: args.in_flight,
+        key_prefix,
+        bar,
+    }
+}
+
 /// Submits the plan's jobs with a progress bar.
 async fn submit_plan(
     args: &Args,
@@ -379,16 +394,18 @@ async fn submit_plan(
     cancel: &CancellationToken,
 ) -> Result<SubmitOutcome> {
     let bar = drive::bar(plan.jobs.len() as u64, "submitted");
+    let mut s = Submission {
+        jobs: &plan.jobs,
+        in_flight: args.in_flight,
+        key_prefix: "",
+        bar: &bar,
+    };
     let out = if args.batch > 1 && !plan.open_loop {
         let batch = usize::from(args.batch);
-        let requests = (args.in_flight / batch).max(2);
-        client
-            .submit_all_batched(&plan.jobs, batch, requests, "", &bar, cancel)
-            .await?
+        s.in_flight = (args.in_flight / batch).max(2);
+        client.submit_all_batched(&s, batch, cancel).await?
     } else {
-        client
-            .submit_all(&plan.jobs, plan.open_loop, args.in_flight, "", &bar, cancel)
-            .await?
+        client.submit_all(&s, plan.open_loop, cancel).await?
     };
     bar.finish_and_clear();
     eprintln!(
@@ -501,7 +518,7 @@ async fn run_reclaim(
     let (fill, back) = (as_planned(fill), as_planned(back));
     let bar = drive::bar(fill.len() as u64, "borrower jobs submitted");
     let s1 = client
-        .submit_all(&fill, false, args.in_flight, "fill-", &bar, cancel)
+        .submit_all(&closed_loop(&fill, args, "fill-", &bar), false, cancel)
         .await?;
     bar.finish_and_clear();
     let bar = drive::bar(fill.len() as u64, "borrower jobs running");
@@ -534,7 +551,7 @@ async fn run_reclaim(
     let back_at_s = origin.elapsed().as_secs_f64();
     let bar = drive::bar(back.len() as u64, "owner jobs submitted");
     let s2 = client
-        .submit_all(&back, false, args.in_flight, "back-", &bar, cancel)
+        .submit_all(&closed_loop(&back, args, "back-", &bar), false, cancel)
         .await?;
     bar.finish_and_clear();
     let bar = drive::bar(back.len() as u64, "owner jobs bound");
@@ -652,17 +669,14 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
         );
         // Work for it: a few fresh submissions (admission and quota
         // decide on them at once).
-        let quiet = indicatif::ProgressBar::hidden();
-        let _ = client
-            .submit_all(
-                &probes,
-                false,
-                20,
-                &format!("probe{round}-"),
-                &quiet,
-                cancel,
-            )
-            .await;
+        let (quiet, prefix) = (indicatif::ProgressBar::hidden(), format!("probe{round}-"));
+        let probe = Submission {
+            jobs: &probes,
+            in_flight: 20,
+            key_prefix: &prefix,
+            bar: &quiet,
+        };
+        let _ = client.submit_all(&probe, false, cancel).await;
         let stats_file = stack
             .live(service)
             .map(|p| p.stats_file.clone())
