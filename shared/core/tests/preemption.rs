@@ -416,6 +416,79 @@ fn quotas_near_u32_max_from_an_older_log_still_admit_borrow_and_reclaim_without_
     assert_eq!(d.state.cohort(0).used(0), 24);
 }
 
+/// A cohort of 40 GPUs of quota and of room (five 8-GPU nodes in one
+/// block): `owner` (nominal 16) and `lender` (nominal 24) lend all of it;
+/// `borrower` (nominal 0) runs three 1×8 jobs, old enough to be victims.
+/// The pool has 16 of its 40 GPUs left to lend; the cluster 16 free.
+fn borrower_holds_24_of_40() -> (Driver, Vec<JobId>) {
+    let mut d = Driver::default();
+    d.cluster(1, 1, 5, 8, FLAVOR);
+    d.tenant(tenant("owner").cohort("c").quota(FLAVOR, 16));
+    d.tenant(tenant("lender").cohort("c").quota(FLAVOR, 24));
+    d.tenant(tenant("borrower").cohort("c").quota(FLAVOR, 0));
+    let b: Vec<JobId> = (0..3)
+        .map(|_| d.submit(job("borrower", 1, 8, "node")))
+        .collect();
+    d.settle();
+    assert_eq!(d.state.cohort(0).used(0), 24);
+    d.advance(1000);
+    (d, b)
+}
+
+#[test]
+fn a_reclaim_frees_only_the_quota_the_pool_cannot_lend_already() {
+    // Given: the owner's lender lends 8 more (lender uses 8 of its own:
+    // the pool has 40 − 32 = 8 left). When: the owner asks for its nominal
+    // 16 (2×8 in one block; the pool can lend 8 of it and two nodes are
+    // free). Then: the deficit is 16 − 8 = 8, one victim, not two or three.
+    let (mut d, b) = borrower_holds_24_of_40();
+    d.submit(job("lender", 1, 8, "node"));
+    d.settle();
+    assert_eq!(d.state.cohort(0).used(0), 32);
+    let owner = d.submit(job("owner", 2, 8, "block"));
+    let p = first_planning_cycle(&mut d);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, owner);
+    assert_eq!(
+        p[0].1,
+        PreemptionCause::Reclaim {
+            tenant: "owner".into(),
+            flavor: FLAVOR.into(),
+            quota_deficit: 8
+        }
+    );
+    assert_eq!(p[0].2.len(), 1, "{p:?}");
+    assert!(b.contains(&p[0].2[0].job));
+}
+
+#[test]
+fn an_owner_job_past_its_nominal_reclaims_nothing_even_where_borrowers_could_free_it() {
+    // Given: the pool lends its last 16 to the borrower (40 of 40 drawn).
+    // When: the owner asks for 24, past its nominal 16. Then: no reclaim:
+    // past nominal it would borrow like anyone else, though the borrower's
+    // 40 GPUs could free it all.
+    let (mut d, _) = borrower_holds_24_of_40();
+    for _ in 0..2 {
+        d.submit(job("borrower", 1, 8, "node"));
+    }
+    d.settle();
+    assert_eq!(d.state.cohort(0).used(0), 40);
+    d.advance(1000);
+    let too_big = d.submit(job("owner", 3, 8, "block"));
+    let ev = d.run_until_quiet();
+    assert!(plans(&ev).is_empty(), "{:?}", plans(&ev));
+    assert_eq!(d.phase(too_big), Phase::Queued);
+    // Within its nominal, the same owner does reclaim.
+    d.apply(Event::JobCancelled {
+        job: too_big,
+        at: d.now,
+    });
+    let within = d.submit(job("owner", 2, 8, "block"));
+    let p = first_planning_cycle(&mut d);
+    assert_eq!(p[0].0, within);
+    assert_eq!(p[0].2.len(), 2, "{p:?}");
+}
+
 #[test]
 fn reclaim_never_takes_from_a_tenant_within_its_nominal_quota() {
     // `within` uses exactly its nominal 16 with freshly checkpointed (cheap)
