@@ -149,4 +149,12 @@ mod tests {
         assert_eq!(g(7).get(), 7);
         assert_eq!(g(7).to_string(), "7");
     }
+
+    #[test]
+    fn it_equals_a_plain_count_of_the_same_gpus_only() {
+        // Tests state ledgers as plain counts: this must be able to fail.
+        assert_eq!(g(7), 7);
+        assert_ne!(g(7), 8);
+        assert_ne!(QuotaGpus::UNLIMITED, 0);
+    }
 }
