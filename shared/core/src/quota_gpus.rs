@@ -12,8 +12,10 @@
 //! answered by recounting, not by this type.
 //!
 //! Must never: be written to the log as itself: events carry plain `Gpus`,
-//! read with [`QuotaGpus::get`]. A job's GPUs enter the ledger through
-//! `Job::quota_gpus`, a configuration's through `Quota::resolve`.
+//! read with [`QuotaGpus::get`]. A whole job's GPUs enter the ledger
+//! through `Job::quota_gpus`, a configuration's through `Quota::resolve`;
+//! other counts (a victim's GPUs in a search, a job's released GPUs)
+//! through [`QuotaGpus::from`].
 
 use gpusched_model::Gpus;
 use serde::{Deserialize, Serialize};
