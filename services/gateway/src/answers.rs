@@ -8,6 +8,9 @@
 
 #![allow(dead_code, reason = "described in the OpenAPI document, never built")]
 
+use std::collections::BTreeMap;
+
+use utoipa::openapi::{RefOr, Response};
 use utoipa::IntoResponses;
 
 use crate::ErrorBody;
@@ -102,3 +105,18 @@ pub(crate) struct ConfigRefused(ErrorBody);
 #[derive(IntoResponses)]
 #[response(status = 503, description = "The log is unavailable")]
 pub(crate) struct LogUnavailable(ErrorBody);
+
+/// What any admin write may answer besides its own: 401, 403 to a
+/// tenant's token, 429 and 503 ([`Unauthorized`], [`NotAdmin`],
+/// [`WritesBusy`], [`NothingWritten`]).
+pub(crate) struct AdminWrite;
+
+impl IntoResponses for AdminWrite {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let mut all = Unauthorized::responses();
+        all.extend(NotAdmin::responses());
+        all.extend(WritesBusy::responses());
+        all.extend(NothingWritten::responses());
+        all
+    }
+}

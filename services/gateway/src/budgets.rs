@@ -16,11 +16,10 @@ use axum::response::Response;
 use axum::Json;
 use gpusched_model::{Budget, TenantSpec};
 use gpusched_runtime::read_view;
+use serde::Deserialize;
+use utoipa::IntoParams;
 
-use crate::answers::{
-    ConfigRefused, FieldBroken, NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized,
-    WritesBusy,
-};
+use crate::answers::{AdminWrite, ConfigRefused, FieldBroken, NotJson, TooLarge};
 use crate::cluster::{configure_tenant, created_or_replaced, ChangeReply};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
@@ -48,10 +47,24 @@ fn with_budget(
     Ok((spec, had))
 }
 
-fn path_pair(
-    p: Result<Path<(String, String)>, PathRejection>,
-) -> Result<(String, String), ApiError> {
-    Ok(p?.0)
+/// The path of a tenant's budget in one flavor.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct BudgetPath {
+    /// Tenant name.
+    #[param(min_length = 1)]
+    name: String,
+    /// A flavor the tenant has a quota in.
+    #[param(min_length = 1)]
+    flavor: String,
+}
+
+impl BudgetPath {
+    /// The tenant and flavor the path names; 400 for a path that is not one.
+    fn read(p: Result<Path<BudgetPath>, PathRejection>) -> Result<(String, String), ApiError> {
+        let BudgetPath { name, flavor } = p?.0;
+        Ok((name, flavor))
+    }
 }
 
 /// Set a tenant's GPU-hour budget in one flavor (admin): GPU-hours per
@@ -61,25 +74,24 @@ fn path_pair(
 /// new period, counts from now.
 #[utoipa::path(put, path = "/v1/tenants/{name}/budgets/{flavor}", tag = "admin",
     request_body(content = Budget, content_type = "application/json"),
-    params(("name" = String, Path, min_length = 1, description = "Tenant name"),
-        ("flavor" = String, Path, min_length = 1, description = "A flavor the tenant has a quota in")),
+    params(BudgetPath),
     responses(
         (status = 201, description = "Set where there was none", body = ChangeReply),
         (status = 200, description = "Replaced", body = ChangeReply),
         FieldBroken,
         (status = 404, description = "No such tenant, or no quota of it in the flavor", body = ErrorBody),
         ConfigRefused,
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten,
+        AdminWrite,
         TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn put_budget(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    path: Result<Path<(String, String)>, PathRejection>,
+    path: Result<Path<BudgetPath>, PathRejection>,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     who.require_admin()?;
-    let (name, flavor) = path_pair(path)?;
+    let (name, flavor) = BudgetPath::read(path)?;
     let Json(v) = body?;
     if !v.is_object() {
         return Err(ApiError::field("body", "must be a JSON object (a budget)"));
@@ -96,21 +108,20 @@ pub async fn put_budget(
 /// Remove a tenant's GPU-hour budget in one flavor (admin): its jobs there
 /// are served by quota alone again.
 #[utoipa::path(delete, path = "/v1/tenants/{name}/budgets/{flavor}", tag = "admin",
-    params(("name" = String, Path, min_length = 1, description = "Tenant name"),
-        ("flavor" = String, Path, min_length = 1, description = "A flavor the tenant has a quota in")),
+    params(BudgetPath),
     responses(
         (status = 200, description = "Removed", body = ChangeReply),
         (status = 404, description = "No such tenant, no quota of it in the flavor, or no budget there", body = ErrorBody),
         ConfigRefused,
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
+        AdminWrite),
     security(("bearer" = [])))]
 pub async fn delete_budget(
     who: Principal,
     AxState(gw): AxState<Gateway>,
-    path: Result<Path<(String, String)>, PathRejection>,
+    path: Result<Path<BudgetPath>, PathRejection>,
 ) -> Result<Json<ChangeReply>, ApiError> {
     who.require_admin()?;
-    let (name, flavor) = path_pair(path)?;
+    let (name, flavor) = BudgetPath::read(path)?;
     let (spec, had) = with_budget(&gw, &name, &flavor, None)?;
     if !had {
         return Err(ApiError::not_found(format!(

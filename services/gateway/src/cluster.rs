@@ -8,8 +8,7 @@
 use std::collections::BTreeMap;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{FromRequestParts, Path, State as AxState};
-use axum::http::request::Parts;
+use axum::extract::{Path, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -23,8 +22,7 @@ use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
 use crate::answers::{
-    ConfigRefused, FieldBroken, NoSuchNode, NotAdmin, NotJson, NothingWritten, TooLarge,
-    Unauthorized, WritesBusy,
+    AdminWrite, ConfigRefused, FieldBroken, NoSuchNode, NotJson, TooLarge, Unauthorized,
 };
 use crate::jobs::path_param;
 use crate::{ApiError, ErrorBody, Gateway, Principal};
@@ -359,8 +357,16 @@ impl ToSchema for TenantUpdate {
     }
 }
 
-pub(crate) fn write_failed(e: crate::SubmitError) -> ApiError {
-    ApiError::unavailable(e)
+/// Writes one admin change and waits (a while) until the view has folded
+/// it: its log sequence, and whether the view has it now. 503 when the
+/// log did not take it.
+pub(crate) async fn write_change(gw: &Gateway, event: Event) -> Result<(u64, bool), ApiError> {
+    let w = gw
+        .submitter
+        .write(vec![event], None)
+        .await
+        .map_err(ApiError::unavailable)?;
+    Ok((w.seq, gw.caught_up(w.seq).await))
 }
 
 /// An admin `PUT` of a named spec (a tenant, a cohort), read: the admin's
@@ -423,7 +429,7 @@ fn named_spec<T: serde::de::DeserializeOwned>(
         (status = 200, description = "Replaced", body = ChangeReply),
         FieldBroken,
         ConfigRefused,
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten,
+        AdminWrite,
         TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn put_tenant(
@@ -442,12 +448,9 @@ pub async fn put_tenant(
 /// scheduler refused it (it is then logged but has no effect).
 pub(crate) async fn configure_tenant(gw: &Gateway, spec: TenantSpec) -> Result<u64, ApiError> {
     let name = spec.name.clone();
-    let w = gw
-        .submitter
-        .write(vec![Event::TenantConfigured { spec: spec.clone() }], None)
-        .await
-        .map_err(write_failed)?;
-    if gw.caught_up(w.seq).await {
+    let event = Event::TenantConfigured { spec: spec.clone() };
+    let (seq, seen) = write_change(gw, event).await?;
+    if seen {
         let p = read_view(&gw.view);
         let s = p.state();
         let took = s
@@ -455,12 +458,11 @@ pub(crate) async fn configure_tenant(gw: &Gateway, spec: TenantSpec) -> Result<u
             .is_some_and(|t| s.tenant(t).spec == spec);
         if !took {
             return Err(ApiError::conflict(format!(
-                "the scheduler refused this configuration of tenant {name} (event {}); the tenant is unchanged",
-                w.seq
+                "the scheduler refused this configuration of tenant {name} (event {seq}); the tenant is unchanged"
             )));
         }
     }
-    Ok(w.seq)
+    Ok(seq)
 }
 
 /// A `PUT`'s answer: 200 when `name` existed before the change logged at
@@ -486,67 +488,54 @@ fn node_of(s: &State, raw: &str) -> Result<NodeId, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("no node {raw:?}")))
 }
 
-/// A request to change one node's service state: who asks, the gateway,
-/// and the node as the path names it (read before anything else is
-/// checked, as every handler reads its path).
-pub struct NodeRequest {
-    who: Principal,
-    gw: Gateway,
-    raw: Result<String, ApiError>,
+/// What an admin does to a node.
+#[derive(Clone, Copy, Debug, serde::Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeAction {
+    /// No new work is placed on it; running jobs stay. From ready.
+    Cordon,
+    /// Back to service. From cordoned, drained or evicted.
+    Uncordon,
+    /// No new work; it empties as its jobs end and stays out of service
+    /// for maintenance. From ready or cordoned.
+    Drain,
+    /// Empty it for maintenance: no new work, and every job on it is
+    /// evicted with the checkpoint protocol (asked for a checkpoint,
+    /// stopped at its deadline or once one completes, then back in its
+    /// queue to run elsewhere); it stays out of service once empty, until
+    /// uncordoned. From ready, cordoned or drained.
+    Evict,
 }
 
-impl FromRequestParts<Gateway> for NodeRequest {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, gw: &Gateway) -> Result<Self, ApiError> {
-        let who = Principal::from_request_parts(parts, gw).await?;
-        let raw = path_param(Path::<String>::from_request_parts(parts, gw).await);
-        Ok(NodeRequest {
-            who,
-            gw: gw.clone(),
-            raw,
-        })
+impl NodeAction {
+    /// The status it sets.
+    fn to(self) -> NodeStatus {
+        match self {
+            NodeAction::Cordon => NodeStatus::Cordoned,
+            NodeAction::Uncordon => NodeStatus::Ready,
+            NodeAction::Drain => NodeStatus::Drained,
+            NodeAction::Evict => NodeStatus::Evicted,
+        }
     }
-}
 
-impl NodeRequest {
-    /// Writes `make(node)`, which sets the node to `to`, if its status
-    /// may be set so: 403 for a tenant's token, 404 for no such node, 409
-    /// naming `verb` otherwise.
-    async fn change(
-        self,
-        to: NodeStatus,
-        verb: &str,
-        make: impl FnOnce(NodeId) -> Event,
-    ) -> Result<Json<ChangeReply>, ApiError> {
-        let NodeRequest { who, gw, raw } = self;
-        let raw = raw?;
-        who.require_admin()?;
-        let node = {
-            let p = read_view(&gw.view);
-            let s = p.state();
-            let node = node_of(s, &raw)?;
-            let status = s.nodes()[node.index()].status;
-            if !status.may_be_set_to(to) {
-                let status = status_word(status);
-                return Err(ApiError::conflict(format!(
-                    "node {raw} is {status}; cannot {verb} it"
-                )));
-            }
-            node
-        };
-        let w = gw
-            .submitter
-            .write(vec![make(node)], None)
-            .await
-            .map_err(write_failed)?;
-        gw.caught_up(w.seq).await;
-        let p = read_view(&gw.view);
-        let now = p.state().nodes().get(node.index());
-        Ok(Json(ChangeReply {
-            seq: w.seq,
-            now: now.map(|n| status_word(n.status)).unwrap_or_default(),
-        }))
+    /// The event that takes it on `node` at `at`.
+    fn event(self, node: NodeId, at: Timestamp) -> Event {
+        match self {
+            NodeAction::Cordon => Event::NodeCordoned { node },
+            NodeAction::Uncordon => Event::NodeUncordoned { node },
+            NodeAction::Drain => Event::NodeDrained { node },
+            NodeAction::Evict => Event::NodeEvicted { node, at },
+        }
+    }
+
+    /// The action as the path names it.
+    fn verb(self) -> &'static str {
+        match self {
+            NodeAction::Cordon => "cordon",
+            NodeAction::Uncordon => "uncordon",
+            NodeAction::Drain => "drain",
+            NodeAction::Evict => "evict",
+        }
     }
 }
 
@@ -558,75 +547,51 @@ fn status_word(status: NodeStatus) -> String {
         .unwrap_or_default()
 }
 
-/// Cordon a node (admin): no new work is placed on it; running jobs stay.
-#[utoipa::path(post, path = "/v1/nodes/{id}/cordon", tag = "admin",
-    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
+/// Cordon, uncordon, drain or evict a node (admin), by id or name.
+/// `cordon`: no new work is placed on it; running jobs stay. `drain`: no
+/// new work; it empties as its jobs end and stays out of service for
+/// maintenance. `evict`: every job on it is evicted with the checkpoint
+/// protocol, and it stays out of service once empty. `uncordon`: back to
+/// service from cordoned, drained or evicted. 409 when the node's status
+/// does not allow the action.
+#[utoipa::path(post, path = "/v1/nodes/{id}/{action}", tag = "admin",
+    params(("id" = String, Path, min_length = 1, description = "Node id or name"),
+        ("action" = NodeAction, Path, description = "cordon, uncordon, drain or evict")),
     responses(
         (status = 200, body = ChangeReply),
+        (status = 400, description = "Not one of the four actions", body = ErrorBody),
         NoSuchNode,
-        (status = 409, description = "Not ready", body = ErrorBody),
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
+        (status = 409, description = "The node's status does not allow the action", body = ErrorBody),
+        AdminWrite),
     security(("bearer" = [])))]
-pub async fn cordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    req.change(NodeStatus::Cordoned, "cordon", |node| Event::NodeCordoned {
-        node,
-    })
-    .await
-}
-
-/// Drain a node (admin): no new work; it empties as its jobs end and stays
-/// out of service for maintenance.
-#[utoipa::path(post, path = "/v1/nodes/{id}/drain", tag = "admin",
-    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses(
-        (status = 200, body = ChangeReply),
-        NoSuchNode,
-        (status = 409, description = "Already drained or lost", body = ErrorBody),
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
-    security(("bearer" = [])))]
-pub async fn drain_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    req.change(NodeStatus::Drained, "drain", |node| Event::NodeDrained {
-        node,
-    })
-    .await
-}
-
-/// Empty a node for maintenance (admin): no new work is placed on it, and
-/// every job on it is evicted with the checkpoint protocol (asked for a
-/// checkpoint, stopped at its deadline or once one completes, then back in
-/// its queue to run elsewhere); it stays out of service once empty, until
-/// uncordoned.
-#[utoipa::path(post, path = "/v1/nodes/{id}/evict", tag = "admin",
-    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses(
-        (status = 200, body = ChangeReply),
-        NoSuchNode,
-        (status = 409, description = "Already evicted, or lost", body = ErrorBody),
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
-    security(("bearer" = [])))]
-pub async fn evict_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    let at = gpusched_runtime::wall_clock();
-    req.change(NodeStatus::Evicted, "evict", |node| Event::NodeEvicted {
-        node,
-        at,
-    })
-    .await
-}
-
-/// Return a cordoned, drained or evicted node to service (admin).
-#[utoipa::path(post, path = "/v1/nodes/{id}/uncordon", tag = "admin",
-    params(("id" = String, Path, min_length = 1, description = "Node id or name")),
-    responses(
-        (status = 200, body = ChangeReply),
-        NoSuchNode,
-        (status = 409, description = "Not cordoned, drained or evicted", body = ErrorBody),
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
-    security(("bearer" = [])))]
-pub async fn uncordon_node(req: NodeRequest) -> Result<Json<ChangeReply>, ApiError> {
-    req.change(NodeStatus::Ready, "uncordon", |node| {
-        Event::NodeUncordoned { node }
-    })
-    .await
+pub async fn change_node(
+    who: Principal,
+    AxState(gw): AxState<Gateway>,
+    path: Result<Path<(String, NodeAction)>, PathRejection>,
+) -> Result<Json<ChangeReply>, ApiError> {
+    let (raw, action) = path?.0;
+    who.require_admin()?;
+    let node = {
+        let p = read_view(&gw.view);
+        let s = p.state();
+        let node = node_of(s, &raw)?;
+        let status = s.nodes()[node.index()].status;
+        if !status.may_be_set_to(action.to()) {
+            let (status, verb) = (status_word(status), action.verb());
+            return Err(ApiError::conflict(format!(
+                "node {raw} is {status}; cannot {verb} it"
+            )));
+        }
+        node
+    };
+    let event = action.event(node, gpusched_runtime::wall_clock());
+    let (seq, _) = write_change(&gw, event).await?;
+    let p = read_view(&gw.view);
+    let now = p.state().nodes().get(node.index());
+    Ok(Json(ChangeReply {
+        seq,
+        now: now.map(|n| status_word(n.status)).unwrap_or_default(),
+    }))
 }
 
 /// Sets a tenant's queue to `to`, from any other state (admin).
@@ -653,14 +618,9 @@ async fn queue_change(
         state: to,
         at: gpusched_runtime::wall_clock(),
     };
-    let w = gw
-        .submitter
-        .write(vec![event], None)
-        .await
-        .map_err(write_failed)?;
-    gw.caught_up(w.seq).await;
+    let (seq, _) = write_change(&gw, event).await?;
     Ok(Json(ChangeReply {
-        seq: w.seq,
+        seq,
         now: to.name().to_string(),
     }))
 }
@@ -704,7 +664,7 @@ impl QueueAction {
         (status = 400, description = "Not one of the four actions", body = ErrorBody),
         (status = 404, description = "No such tenant", body = ErrorBody),
         (status = 409, description = "The queue is already in that state", body = ErrorBody),
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten),
+        AdminWrite),
     security(("bearer" = [])))]
 pub async fn change_queue(
     who: Principal,

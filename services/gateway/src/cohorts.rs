@@ -21,10 +21,8 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
-use crate::answers::{
-    FieldBroken, NotAdmin, NotJson, NothingWritten, TooLarge, Unauthorized, WritesBusy,
-};
-use crate::cluster::{admin_put, created_or_replaced, name_from_path, write_failed, ChangeReply};
+use crate::answers::{AdminWrite, FieldBroken, NotJson, TooLarge, Unauthorized};
+use crate::cluster::{admin_put, created_or_replaced, name_from_path, write_change, ChangeReply};
 use crate::{ApiError, ErrorBody, Gateway, Principal};
 
 /// A member of a cohort, where it stands among its borrowers.
@@ -159,7 +157,7 @@ impl ToSchema for CohortUpdate {
         (status = 200, description = "Replaced", body = ChangeReply),
         FieldBroken,
         (status = 404, description = "No cohort name in the path (`/v1/cohorts/`)", body = ErrorBody),
-        Unauthorized, NotAdmin, WritesBusy, NothingWritten,
+        AdminWrite,
         TooLarge, NotJson),
     security(("bearer" = [])))]
 pub async fn put_cohort(
@@ -174,11 +172,6 @@ pub async fn put_cohort(
         spec,
         at: gpusched_runtime::wall_clock(),
     };
-    let w = gw
-        .submitter
-        .write(vec![event], None)
-        .await
-        .map_err(write_failed)?;
-    gw.caught_up(w.seq).await;
-    Ok(created_or_replaced(existed, w.seq, name))
+    let (seq, _) = write_change(&gw, event).await?;
+    Ok(created_or_replaced(existed, seq, name))
 }

@@ -204,7 +204,7 @@ impl Modify for BearerAuth {
             `{\"error\": {\"code\", \"message\", \"field\"?}}`."
     ),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail, cluster::QueueAction, jobs::Order, logs::LogStream))
+    components(schemas(ErrorBody, ErrorDetail, cluster::NodeAction, cluster::QueueAction, jobs::Order, logs::LogStream))
 )]
 struct ApiDoc;
 
@@ -230,10 +230,7 @@ fn routes() -> (Router<Gateway>, utoipa::openapi::OpenApi) {
         .routes(routes!(budgets::put_budget, budgets::delete_budget))
         .routes(routes!(cohorts::cohorts))
         .routes(routes!(cohorts::put_cohort))
-        .routes(routes!(cluster::cordon_node))
-        .routes(routes!(cluster::uncordon_node))
-        .routes(routes!(cluster::drain_node))
-        .routes(routes!(cluster::evict_node))
+        .routes(routes!(cluster::change_node))
         .routes(routes!(cluster::change_queue))
         .routes(routes!(events_api::events))
         .routes(routes!(status))

@@ -148,6 +148,10 @@ async fn openapi_document_matches_the_handlers() {
         .arg(format!("http://{addr}/openapi.json"))
         .args(["-H", &format!("Authorization: Bearer {ADMIN}")])
         .args(["--checks", "all"])
+        // `--checks all` overrides the file's `enabled = false`: the one
+        // check the API's rules rule out (see contract.toml) is left out
+        // here.
+        .args(["--exclude-checks", "use_after_free"])
         .args(["--max-examples", MAX_EXAMPLES])
         .args(["--seed", SEED])
         // Deterministic: the same cases every run, and no example database.
