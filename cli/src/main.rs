@@ -89,13 +89,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct MigrateArgs {
-    /// The event log's database.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
-    )]
-    database_url: String,
+    #[command(flatten)]
+    log: gpusched_runtime::LogDatabaseArgs,
     /// Create the database first when it does not exist.
     #[arg(long, env = "GPUSCHED_CREATE_DATABASE")]
     create_database: bool,
@@ -103,13 +98,8 @@ struct MigrateArgs {
 
 #[derive(clap::Args)]
 struct ReplayArgs {
-    /// The event log's database.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
-    )]
-    database_url: String,
+    #[command(flatten)]
+    log: gpusched_runtime::LogDatabaseArgs,
     /// Replay events with sequence ≤ N only.
     #[arg(
         long,
@@ -582,20 +572,20 @@ fn write_timeline(
 
 fn migrate(args: MigrateArgs) -> Result<()> {
     use gpusched_store::{EventStore, MIGRATOR};
-    let url = gpusched_runtime::redact_url(&args.database_url);
+    let url = gpusched_runtime::redact_url(&args.log.database_url);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async {
         if args.create_database
-            && EventStore::create_database_if_missing(&args.database_url)
+            && EventStore::create_database_if_missing(&args.log.database_url)
                 .await
                 .with_context(|| format!("--database-url {url}: cannot create the database"))?
         {
             println!("created the database");
         }
-        let store = EventStore::connect(&args.database_url, 1)
+        let store = EventStore::connect(&args.log.database_url, 1)
             .await
             .with_context(|| format!("--database-url {url}: cannot connect"))?;
         store.migrate().await.context("running migrations")?;
@@ -607,7 +597,12 @@ fn migrate(args: MigrateArgs) -> Result<()> {
 
 fn replay_log(args: ReplayArgs) -> Result<()> {
     if let Some(what) = args.show.show {
-        return review::run(review::show(&args.database_url, args.at, what, &args.show));
+        return review::run(review::show(
+            &args.log.database_url,
+            args.at,
+            what,
+            &args.show,
+        ));
     }
     use gpusched_store::{EventStore, Until};
     let until = match (args.until_seq, &args.until_time) {
@@ -624,7 +619,7 @@ fn replay_log(args: ReplayArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async {
-        let store = EventStore::connect(&args.database_url, 2)
+        let store = EventStore::connect(&args.log.database_url, 2)
             .await
             .with_context(|| "--database-url: cannot connect".to_string())?;
         let last = store.max_seq().await?;

@@ -109,8 +109,8 @@ pub struct Args {
     )]
     pub database_url: String,
     /// NATS with JetStream; the run uses and deletes its own streams.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    pub nats_url: String,
+    #[command(flatten)]
+    pub nats: gpusched_runtime::NatsArgs,
     /// Submissions in flight at once (closed loop).
     #[arg(long, default_value_t = 256)]
     pub in_flight: usize,

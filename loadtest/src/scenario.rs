@@ -187,7 +187,7 @@ pub async fn run(args: Args) -> Result<bool> {
     let token = uuid::Uuid::new_v4().simple().to_string();
     let opts = StackOptions {
         admin_url: args.database_url.clone(),
-        nats_url: args.nats_url.clone(),
+        nats_url: args.nats.nats_url.clone(),
         cluster_file: Some(cluster_file),
         time_scale: plan.time_scale,
         lease_ttl_s: args.lease_ttl_s,
@@ -330,7 +330,7 @@ async fn execute(
     wait_for_nodes(stack, plan.shape.nodes, cancel).await?;
     let stop_sampler = CancellationToken::new();
     let sampler = drive::spawn_sampler(
-        args.nats_url.clone(),
+        args.nats.nats_url.clone(),
         stack.namespace.clone(),
         stack.opts.logs.clone(),
         origin,

@@ -24,7 +24,7 @@ pub struct DiffArgs {
     #[command(flatten)]
     range: RangeArgs,
     #[command(flatten)]
-    log: super::LogArgs,
+    log: gpusched_runtime::LogDatabaseArgs,
 }
 
 /// Each tenant's row per flavor, as `GET /v1/queues` has it:

@@ -208,18 +208,6 @@ pub async fn connect(url: &str) -> Result<EventStore> {
         .with_context(|| format!("--database-url {url}: cannot connect"))
 }
 
-/// The `--database-url` flag every review command takes.
-#[derive(clap::Args, Debug)]
-pub struct LogArgs {
-    /// The event log's database.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
-    )]
-    pub database_url: String,
-}
-
 /// The `--from` / `--to` range of `timeline` and `diff`.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct RangeArgs {

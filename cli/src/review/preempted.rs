@@ -37,7 +37,7 @@ pub struct WhyPreemptedArgs {
     #[command(flatten)]
     cycle: CycleArgs,
     #[command(flatten)]
-    log: super::LogArgs,
+    log: gpusched_runtime::LogDatabaseArgs,
 }
 
 /// How the report writes a time.

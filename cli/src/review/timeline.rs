@@ -30,7 +30,7 @@ pub struct TimelineArgs {
     #[command(flatten)]
     range: RangeArgs,
     #[command(flatten)]
-    log: super::LogArgs,
+    log: gpusched_runtime::LogDatabaseArgs,
 }
 
 /// The subject of a timeline.

@@ -67,9 +67,9 @@ struct SimArgs {
 
 #[derive(ClapArgs, Debug)]
 struct NetArgs {
-    /// NATS server the agents and the relay share.
-    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
+    /// The NATS server the agents and the relay share.
+    #[command(flatten)]
+    nats: gpusched_runtime::NatsArgs,
     /// Root of subject names (`<ROOT>.node.…`).
     #[arg(long, env = "GPUSCHED_NAMESPACE", default_value = "gpusched")]
     namespace: String,
@@ -199,12 +199,12 @@ async fn node(a: NodeArgs) -> anyhow::Result<()> {
     cfg.spec()
         .check_fields(cfg.path.len())
         .map_err(|e| anyhow::anyhow!("node configuration: {e}"))?;
-    let client = gpusched_bus::async_nats::connect(&a.net.nats_url)
+    let client = gpusched_bus::async_nats::connect(&a.net.nats.nats_url)
         .await
         .with_context(|| {
             format!(
                 "--nats-url {}: cannot connect",
-                gpusched_runtime::redact_url(&a.net.nats_url)
+                gpusched_runtime::redact_url(&a.net.nats.nats_url)
             )
         })?;
     let shutdown = gpusched_runtime::shutdown_signal();
@@ -236,12 +236,12 @@ async fn relay(a: RelayArgs) -> anyhow::Result<()> {
     let _telemetry = gpusched_runtime::init_tracing(RELAY_SERVICE);
     let snapshots = a.stack.snapshot_policy()?;
     let conns = a.stack.connect(RELAY_SERVICE).await?;
-    let client = gpusched_bus::async_nats::connect(&a.stack.nats_url)
+    let client = gpusched_bus::async_nats::connect(&a.stack.nats.nats_url)
         .await
         .with_context(|| {
             format!(
                 "--nats-url {}: cannot connect",
-                gpusched_runtime::redact_url(&a.stack.nats_url)
+                gpusched_runtime::redact_url(&a.stack.nats.nats_url)
             )
         })?;
     let cfg = RelayConfig {

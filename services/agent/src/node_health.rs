@@ -23,7 +23,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use gpusched_runtime::{
-    counter, gauge, gauge_family, histogram_seconds, metrics_route, wall_clock, STUCK_AFTER,
+    counter, family, gauge, histogram_seconds, metrics_route, wall_clock, Values::Gauges,
+    STUCK_AFTER,
 };
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -241,15 +242,16 @@ impl Collector for NodeCollector {
             None,
             load(&h.gpus_busy) as i64,
         )?;
-        gauge_family(
+        family(
             e,
+            Gauges,
             "node_workers",
             "Workers in the agent's status, by state.",
             None,
             WORKER_STATES
                 .iter()
                 .zip(&h.workers)
-                .map(|(s, n)| (vec![("state", s.to_string())], load(n) as i64)),
+                .map(|(s, n)| (vec![("state", s.to_string())], load(n))),
         )?;
         gauge(
             e,

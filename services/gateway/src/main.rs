@@ -49,12 +49,12 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     );
     // Worker logs are read from node agents over NATS.
-    let nats = gpusched_bus::async_nats::connect(&args.stack.nats_url)
+    let nats = gpusched_bus::async_nats::connect(&args.stack.nats.nats_url)
         .await
         .with_context(|| {
             format!(
                 "--nats-url {}: cannot connect",
-                gpusched_runtime::redact_url(&args.stack.nats_url)
+                gpusched_runtime::redact_url(&args.stack.nats.nats_url)
             )
         })?;
     gw.node_net = Some((

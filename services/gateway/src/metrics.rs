@@ -22,8 +22,9 @@ use gpusched_core::tally::RECLAIM_BUCKETS_S;
 use gpusched_core::LogTally;
 use gpusched_core::{Phase, State};
 use gpusched_runtime::{
-    counter_family, gauge, gauge_family, histogram_seconds, metrics_text, read_view, wall_clock,
-    FollowerHealth, SharedView,
+    family, gauge, histogram_seconds, metrics_text, read_view, wall_clock, FollowerHealth,
+    SharedView,
+    Values::{Counters, Gauges},
 };
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
@@ -110,8 +111,9 @@ fn pending(s: &State) -> BTreeMap<Key, Pending> {
 /// restart).
 fn encode_tally(e: &mut DescriptorEncoder, t: &LogTally) -> fmt::Result {
     let yes_no = |b: bool| if b { "true" } else { "false" }.to_string();
-    counter_family(
+    family(
         e,
+        Counters,
         "admissions",
         "Jobs admitted (quota charged), by tenant, flavor and whether they borrowed.",
         None,
@@ -126,8 +128,9 @@ fn encode_tally(e: &mut DescriptorEncoder, t: &LogTally) -> fmt::Result {
             )
         }),
     )?;
-    counter_family(
+    family(
         e,
+        Counters,
         "bindings",
         "Gangs bound to GPUs, by tenant, flavor and whether as backfill.",
         None,
@@ -142,8 +145,9 @@ fn encode_tally(e: &mut DescriptorEncoder, t: &LogTally) -> fmt::Result {
             )
         }),
     )?;
-    counter_family(
+    family(
         e,
+        Counters,
         "preemptions",
         "Victims stopped, by the cause of their plan (reclaim, priority, reservation) and the victim's tenant.",
         None,
@@ -154,8 +158,9 @@ fn encode_tally(e: &mut DescriptorEncoder, t: &LogTally) -> fmt::Result {
             )
         }),
     )?;
-    counter_family(
+    family(
         e,
+        Counters,
         "lost_gpu",
         "GPU-seconds of work lost since the last complete checkpoint, by cause (a preemption cause, or node_lost).",
         Some(&Unit::Seconds),
@@ -200,8 +205,9 @@ impl Collector for ViewCollector {
         };
         let e = &mut enc;
         encode_tally(e, &tally)?;
-        gauge_family(
+        family(
             e,
+            Gauges,
             "jobs",
             "Jobs in the state, by state.",
             None,
@@ -216,15 +222,17 @@ impl Collector for ViewCollector {
                 ("reason", r.to_string()),
             ]
         };
-        gauge_family(
+        family(
             e,
+            Gauges,
             "pending_jobs",
             "Jobs waiting (queued or admitted, not yet bound) by tenant, flavor and the reason the last cycle gave (none: not examined yet).",
             None,
             pending.iter().map(|(k, p)| (labels(k), p.jobs)),
         )?;
-        gauge_family(
+        family(
             e,
+            Gauges,
             "oldest_pending_age",
             "Age of the oldest waiting job by tenant, flavor and reason.",
             Some(&Unit::Seconds),
@@ -256,10 +264,18 @@ impl Collector for ViewCollector {
             ),
         ];
         for (name, help, value) in quota {
-            gauge_family(e, name, help, None, rows.iter().map(|r| (tf(r), value(r))))?;
+            family(
+                e,
+                Gauges,
+                name,
+                help,
+                None,
+                rows.iter().map(|r| (tf(r), value(r))),
+            )?;
         }
-        gauge_family(
+        family(
             e,
+            Gauges,
             "quota_decayed_use_gpus",
             "Where the tenant's cohort keeps use with a half-life: the mean GPUs it held in the flavor, weighted by age (borrowers are served lowest per weight first).",
             None,
@@ -287,7 +303,7 @@ impl Collector for ViewCollector {
             let series = rows
                 .iter()
                 .filter_map(|r| r.budget.as_ref().map(|b| (tf(r), value(b))));
-            gauge_family(e, name, help, None, series)?;
+            family(e, Gauges, name, help, None, series)?;
         }
         gauge(
             e,

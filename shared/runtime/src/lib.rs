@@ -37,14 +37,14 @@ pub use health::{health_router, serve_health, STUCK_AFTER};
 pub use leader::{is_fenced, Candidate, Leader, LeaseLost, LeaseSpec};
 pub use log::{Log, LogPages, LoggedEvent, MemLog};
 pub use metrics::{
-    counter, counter_family, gauge, gauge_family, histogram_seconds, metrics_route, metrics_text,
-    service_registry,
+    counter, family, gauge, histogram_seconds, metrics_route, metrics_text, service_registry,
+    Values,
 };
 pub use projection::{Observer, Projection};
 pub use service::{bootstrap_cluster, run_service, Decider, ServiceConfig};
 pub use shell::{
     init_tracing, init_tracing_quiet, redact_url, serve, shutdown_signal, spawn_observers,
-    Connections, CycleArgs, StackArgs,
+    Connections, CycleArgs, LogDatabaseArgs, NatsArgs, StackArgs,
 };
 pub use snapshots::{load_newest, Loaded, SnapshotPolicy, Writer, Written};
 pub use stage::DEGRADED_POLL;

@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -70,7 +72,7 @@ pub fn service_registry(service: &str, stats: Arc<ServiceStats>) -> Registry {
 }
 
 /// Writes one unlabelled gauge.
-pub fn gauge<N: prometheus_client::encoding::EncodeGaugeValue>(
+pub fn gauge<N: EncodeGaugeValue>(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -96,53 +98,35 @@ fn single(
     metric.encode(m)
 }
 
-/// Writes a family of gauges, one per label set.
-pub fn gauge_family<'a, N: prometheus_client::encoding::EncodeGaugeValue + 'a>(
+/// What the metrics of a [`family`] are.
+#[derive(Clone, Copy, Debug)]
+pub enum Values {
+    /// Gauges.
+    Gauges,
+    /// Counters (`_total` is added to the family's name, after its unit).
+    Counters,
+}
+
+/// Writes a family of gauges or of counters, one per label set.
+pub fn family<'a, N: EncodeGaugeValue + EncodeCounterValue + 'a>(
     enc: &mut DescriptorEncoder,
+    values: Values,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
     rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
 ) -> fmt::Result {
-    family(
-        enc,
-        (name, help, unit),
-        MetricType::Gauge,
-        rows,
-        ConstGauge::new,
-    )
-}
-
-/// Writes a family of counters, one per label set (`_total` is added to
-/// `name`, after its unit).
-pub fn counter_family<'a, N: prometheus_client::encoding::EncodeCounterValue + 'a>(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
-) -> fmt::Result {
-    family(
-        enc,
-        (name, help, unit),
-        MetricType::Counter,
-        rows,
-        ConstCounter::new,
-    )
-}
-
-/// One family of `kind`: each row's value made a metric by `metric`.
-fn family<'a, N: 'a, M: EncodeMetric>(
-    enc: &mut DescriptorEncoder,
-    (name, help, unit): (&str, &str, Option<&Unit>),
-    kind: MetricType,
-    rows: impl IntoIterator<Item = (Vec<(&'a str, String)>, N)>,
-    metric: impl Fn(N) -> M,
-) -> fmt::Result {
+    let kind = match values {
+        Values::Gauges => MetricType::Gauge,
+        Values::Counters => MetricType::Counter,
+    };
     let mut m = enc.encode_descriptor(name, help, unit, kind)?;
     for (labels, v) in rows {
         let fm = m.encode_family(&labels)?;
-        metric(v).encode(fm)?;
+        match values {
+            Values::Gauges => ConstGauge::new(v).encode(fm)?,
+            Values::Counters => ConstCounter::new(v).encode(fm)?,
+        }
     }
     Ok(())
 }

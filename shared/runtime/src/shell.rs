@@ -12,9 +12,10 @@ use crate::bus::Bus;
 use crate::log::Log;
 use crate::telemetry::{init_tracing_with, TelemetryGuard};
 
-/// Where the log and the bus are, as every service takes them.
+/// The `--database-url` flag of every command that reads or writes the
+/// event log.
 #[derive(Args, Clone, Debug)]
-pub struct StackArgs {
+pub struct LogDatabaseArgs {
     /// Postgres holding the event log.
     #[arg(
         long,
@@ -22,9 +23,25 @@ pub struct StackArgs {
         default_value = "postgres://postgres@127.0.0.1:5432/gpusched"
     )]
     pub database_url: String,
+}
+
+/// The `--nats-url` flag of every process on the bus.
+#[derive(Args, Clone, Debug)]
+pub struct NatsArgs {
     /// NATS server with JetStream.
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+}
+
+/// Where the log and the bus are, as every service takes them.
+#[derive(Args, Clone, Debug)]
+pub struct StackArgs {
+    /// The event log's database (`--database-url`).
+    #[command(flatten)]
+    pub log: LogDatabaseArgs,
+    /// The bus (`--nats-url`).
+    #[command(flatten)]
+    pub nats: NatsArgs,
     /// Root of subject and stream names (streams `<ROOT>_EVT`, `<ROOT>_CMD`).
     #[arg(long, env = "GPUSCHED_NAMESPACE", default_value = "gpusched")]
     pub namespace: String,
@@ -99,37 +116,40 @@ impl StackArgs {
     pub async fn connect(&self, service: &str) -> anyhow::Result<Connections> {
         use anyhow::Context;
         if self.create_database
-            && EventStore::create_database_if_missing(&self.database_url)
+            && EventStore::create_database_if_missing(&self.log.database_url)
                 .await
                 .with_context(|| {
                     format!(
                         "--create-database: cannot create {}",
-                        redact_url(&self.database_url)
+                        redact_url(&self.log.database_url)
                     )
                 })?
         {
-            tracing::info!(url = %redact_url(&self.database_url), "created the database");
+            tracing::info!(url = %redact_url(&self.log.database_url), "created the database");
         }
         if !(self.lease_ttl_s > 0.0 && self.lease_ttl_s.is_finite()) {
             anyhow::bail!("--lease-ttl-s: must be a positive number of seconds");
         }
         let lease_ttl = Duration::from_secs_f64(self.lease_ttl_s);
-        let store = EventStore::connect_with(&self.database_url, store_options(lease_ttl))
+        let store = EventStore::connect_with(&self.log.database_url, store_options(lease_ttl))
             .await
             .with_context(|| {
                 format!(
                     "--database-url {}: cannot connect",
-                    redact_url(&self.database_url)
+                    redact_url(&self.log.database_url)
                 )
             })?;
         if self.migrate {
             store.migrate().await.context("running migrations")?;
         }
         let ns = Namespace::new(&self.namespace).context("--namespace")?;
-        let bus = Bus::connect_nats(&self.nats_url, ns)
+        let bus = Bus::connect_nats(&self.nats.nats_url, ns)
             .await
             .with_context(|| {
-                format!("--nats-url {}: cannot connect", redact_url(&self.nats_url))
+                format!(
+                    "--nats-url {}: cannot connect",
+                    redact_url(&self.nats.nats_url)
+                )
             })?;
         let instance = self.instance.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "local".to_string());
