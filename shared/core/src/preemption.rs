@@ -395,25 +395,17 @@ pub fn decide(
         if job.phase == Phase::Queued && !quota::within_reach(state, cfg, now, job) {
             continue;
         }
-        let quota = pass.quota_without(state, job);
-        let Some(need) = need_of(state, &quota, job) else {
+        let Some(search) = Search::of(state, cfg, job, now, &pass) else {
             continue;
         };
-        let stamp = SearchStamp::of(state, job, &need);
+        let stamp = SearchStamp::of(state, job, &search.need);
         if memo.preempt_failed.get(&id) == Some(&stamp) {
             continue;
         }
         stats.beneficiaries += 1;
-        let search = Search {
-            state,
-            cfg,
-            job,
-            need: &need,
-            now,
-            pass: &pass,
-        };
         let mut tally = Tally::default();
         let planned = plan(&search, &mut tally);
+        let need = search.need;
         stats.candidates += tally.looked;
         stats.max_sets_costed = stats.max_sets_costed.max(tally.sets);
         match planned {
@@ -586,16 +578,7 @@ pub fn search_report(
 ) -> Option<SearchReport> {
     let job = state.job(beneficiary)?;
     let pass = Pass::in_flight(state);
-    let quota = pass.quota_without(state, job);
-    let need = need_of(state, &quota, job)?;
-    let search = Search {
-        state,
-        cfg,
-        job,
-        need: &need,
-        now,
-        pass: &pass,
-    };
+    let search = Search::of(state, cfg, job, now, &pass)?;
     let mut tally = Tally {
         record: Some(Record::default()),
         ..Tally::default()
@@ -612,8 +595,8 @@ pub fn search_report(
         })
     });
     Some(SearchReport {
-        cause: need.cause.clone(),
-        quota_deficit: need.quota.get(),
+        cause: search.need.cause.clone(),
+        quota_deficit: search.need.quota.get(),
         candidates: record.candidates,
         looked: tally.looked,
         sets: record.sets,
@@ -662,7 +645,8 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
                     }
                     // A spent budget: no one else's work is lost for it.
                     Err(quota::Blocked::Budget { .. }) => {}
-                    Err(quota::Blocked::Quota { used, .. }) => {
+                    Err(quota::Blocked::Quota { at, .. }) => {
+                        let used = at.used;
                         if tenant.spec.priority_preemption {
                             // Past a limit lowered under it, the overage is
                             // freed too: the job could not start otherwise.
@@ -728,15 +712,36 @@ fn need_of(state: &State, ov: &QuotaOverlay, job: &Job) -> Option<Need> {
 }
 
 /// One beneficiary's victim search: what it reads.
-#[derive(Clone, Copy)]
 struct Search<'a> {
     state: &'a State,
     cfg: &'a CycleConfig,
     job: &'a Job,
-    need: &'a Need,
+    need: Need,
     now: Timestamp,
     /// What plans already made will do.
     pass: &'a Pass,
+}
+
+impl<'a> Search<'a> {
+    /// The search for `job` at `now`, with quota as `pass` leaves it;
+    /// `None` when preemption cannot help the job (see [`need_of`]).
+    fn of(
+        state: &'a State,
+        cfg: &'a CycleConfig,
+        job: &'a Job,
+        now: Timestamp,
+        pass: &'a Pass,
+    ) -> Option<Self> {
+        let need = need_of(state, &pass.quota_without(state, job), job)?;
+        Some(Search {
+            state,
+            cfg,
+            job,
+            need,
+            now,
+            pass,
+        })
+    }
 }
 
 /// Tenants of cohort `c` other than `except` that borrow in flavor `f`,
@@ -804,7 +809,7 @@ fn candidates(
         state,
         cfg,
         job,
-        need,
+        ref need,
         now,
         pass,
         ..
@@ -936,26 +941,6 @@ fn domain_label(state: &State, d: DomainIdx) -> String {
     }
 }
 
-/// Freed GPUs per node in a domain at a level, from chosen victims.
-fn freed_in(
-    state: &State,
-    d: Option<DomainIdx>,
-    level: u8,
-    cands: &[Cand],
-    chosen: &[usize],
-) -> FxHashMap<NodeId, Gpus> {
-    let mut m: FxHashMap<NodeId, Gpus> = FxHashMap::default();
-    for &i in chosen {
-        for a in &cands[i].nodes {
-            if d.is_some() && state.capacity().node_domain(a.node, level) != d {
-                continue;
-            }
-            *m.entry(a.node).or_default() += a.gpus;
-        }
-    }
-    m
-}
-
 /// Nodes held by the beneficiary's own (blocked-job) reservation: not
 /// schedulable for others, but its to take. Without them a job blocked for
 /// room could never preempt once it holds a reservation.
@@ -993,38 +978,6 @@ fn usable_free(state: &State, pass: &Pass, n: NodeId, own: &[NodeId]) -> Option<
     } else {
         None
     }
-}
-
-/// Whether the beneficiary fits in domain `d` once `chosen` are gone.
-fn fits_after(
-    state: &State,
-    pass: &Pass,
-    d: DomainIdx,
-    need: &Need,
-    cands: &[Cand],
-    chosen: &[usize],
-    own: &[NodeId],
-) -> bool {
-    let cap = state.capacity();
-    let freed = freed_in(state, Some(d), need.level, cands, chosen);
-    // Nodes reserved earlier in this pass hold nothing for it: their free
-    // GPUs are taken in the overlay and what victims free there is not its.
-    let mut overrides: Vec<(NodeId, Gpus, Gpus)> = freed
-        .iter()
-        .filter(|(n, _)| cap.is_schedulable(**n) && !pass.reserved.contains(*n))
-        .map(|(&n, &f)| {
-            let now = cap.free_with(&pass.room, n);
-            (n, now, now + f)
-        })
-        .collect();
-    // Own reserved nodes are not in the domain's counts: add them whole.
-    for &n in own {
-        if cap.node_domain(n, need.level) == Some(d) {
-            let after = cap.node_raw_free(n) + freed.get(&n).copied().unwrap_or(0);
-            overrides.push((n, 0, after));
-        }
-    }
-    cap.domain_slots_with(&pass.room, d, need.g, &overrides) >= need.workers as u64
 }
 
 /// Quota freed by a set of victims, counting only what each victim's
@@ -1111,9 +1064,73 @@ impl Pool<'_> {
     fn satisfied(&self, chosen: &[usize], d: Option<DomainIdx>) -> bool {
         let s = self.search;
         quota_freed(&self.cands, chosen, &self.slack) >= s.need.quota
-            && d.is_none_or(|d| {
-                fits_after(s.state, s.pass, d, s.need, &self.cands, chosen, &self.own)
+            && d.is_none_or(|d| self.fits_after(d, chosen))
+    }
+
+    /// GPUs `chosen` free on each node of domain `d`.
+    fn freed_in(&self, d: DomainIdx, chosen: &[usize]) -> FxHashMap<NodeId, Gpus> {
+        let (cap, level) = (self.search.state.capacity(), self.search.need.level);
+        let mut m: FxHashMap<NodeId, Gpus> = FxHashMap::default();
+        for a in chosen.iter().flat_map(|&i| &self.cands[i].nodes) {
+            if cap.node_domain(a.node, level) == Some(d) {
+                *m.entry(a.node).or_default() += a.gpus;
+            }
+        }
+        m
+    }
+
+    /// Whether the beneficiary fits in domain `d` once `chosen` are gone.
+    fn fits_after(&self, d: DomainIdx, chosen: &[usize]) -> bool {
+        let (need, pass) = (&self.search.need, self.search.pass);
+        let cap = self.search.state.capacity();
+        let freed = self.freed_in(d, chosen);
+        // Nodes reserved earlier in this pass hold nothing for it: their free
+        // GPUs are taken in the overlay and what victims free there is not its.
+        let mut overrides: Vec<(NodeId, Gpus, Gpus)> = freed
+            .iter()
+            .filter(|(n, _)| cap.is_schedulable(**n) && !pass.reserved.contains(*n))
+            .map(|(&n, &f)| {
+                let now = cap.free_with(&pass.room, n);
+                (n, now, now + f)
             })
+            .collect();
+        // Own reserved nodes are not in the domain's counts: add them whole.
+        for &n in &self.own {
+            if cap.node_domain(n, need.level) == Some(d) {
+                let after = cap.node_raw_free(n) + freed.get(&n).copied().unwrap_or(0);
+                overrides.push((n, 0, after));
+            }
+        }
+        cap.domain_slots_with(&pass.room, d, need.g, &overrides) >= need.workers as u64
+    }
+
+    /// The nodes the beneficiary will take in `d` once `chosen` are gone:
+    /// fullest first, as placement would.
+    fn reserve_after(&self, d: DomainIdx, chosen: &[usize]) -> Option<Vec<Assignment>> {
+        let Search {
+            state, pass, need, ..
+        } = self.search;
+        let freed = self.freed_in(d, chosen);
+        let cap = state.capacity();
+        let mut nodes: Vec<(Gpus, NodeId)> = cap
+            .domain(d)
+            .nodes
+            .iter()
+            .filter_map(|&n| {
+                Some((
+                    usable_free(state, pass, n, &self.own)? + freed.get(&n).copied().unwrap_or(0),
+                    n,
+                ))
+            })
+            .filter(|&(free, _)| free >= need.g)
+            .collect();
+        // Prefer nodes the victims free, then the fullest.
+        nodes.sort_unstable_by_key(|&(free, n)| (!freed.contains_key(&n), free, n));
+        pack_in_order(
+            nodes.into_iter().map(|(free, n)| (n, free)),
+            need.workers,
+            need.g,
+        )
     }
 
     /// Drops victims, most recently added first, while the rest suffices.
@@ -1177,7 +1194,10 @@ impl Pool<'_> {
     /// cheapest candidate (cost per GPU) first.
     fn domains(&self) -> Vec<DomainIdx> {
         let Search {
-            state, pass, need, ..
+            state,
+            pass,
+            ref need,
+            ..
         } = *self.search;
         let cap = state.capacity();
         let mut potential: FxHashMap<DomainIdx, u64> = FxHashMap::default();
@@ -1219,12 +1239,12 @@ impl Pool<'_> {
     /// fits, then any still needed to free quota.
     fn set_in(&self, d: DomainIdx) -> Vec<usize> {
         let Search {
-            state, pass, need, ..
+            state, ref need, ..
         } = *self.search;
         let cap = state.capacity();
         let mut chosen: Vec<usize> = Vec::new();
         for i in 0..self.cands.len() {
-            if fits_after(state, pass, d, need, &self.cands, &chosen, &self.own) {
+            if self.fits_after(d, &chosen) {
                 break;
             }
             let inside = self.cands[i]
@@ -1245,7 +1265,7 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         state,
         cfg,
         job,
-        need,
+        ref need,
         pass,
         ..
     } = *s;
@@ -1300,7 +1320,7 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         return None;
     }
     let reserve = match d {
-        Some(d) => reserve_after(state, pass, d, need, &pool.cands, &chosen, &pool.own)?,
+        Some(d) => pool.reserve_after(d, &chosen)?,
         None => Vec::new(),
     };
     Some(Plan {
@@ -1308,40 +1328,6 @@ fn plan(s: &Search, tally: &mut Tally) -> Option<Plan> {
         reserve,
         fits_in,
     })
-}
-
-/// The nodes the beneficiary will take in `d` once `chosen` are gone:
-/// fullest first, as placement would.
-fn reserve_after(
-    state: &State,
-    pass: &Pass,
-    d: DomainIdx,
-    need: &Need,
-    cands: &[Cand],
-    chosen: &[usize],
-    own: &[NodeId],
-) -> Option<Vec<Assignment>> {
-    let cap = state.capacity();
-    let freed = freed_in(state, Some(d), need.level, cands, chosen);
-    let mut nodes: Vec<(Gpus, NodeId)> = cap
-        .domain(d)
-        .nodes
-        .iter()
-        .filter_map(|&n| {
-            Some((
-                usable_free(state, pass, n, own)? + freed.get(&n).copied().unwrap_or(0),
-                n,
-            ))
-        })
-        .filter(|&(free, _)| free >= need.g)
-        .collect();
-    // Prefer nodes the victims free, then the fullest.
-    nodes.sort_unstable_by_key(|&(free, n)| (!freed.contains_key(&n), free, n));
-    pack_in_order(
-        nodes.into_iter().map(|(free, n)| (n, free)),
-        need.workers,
-        need.g,
-    )
 }
 
 /// Preemptible backfill to evict so a reservation's job can bind now, if

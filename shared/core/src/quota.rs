@@ -91,37 +91,51 @@ pub struct Fit {
     pub borrowed: Gpus,
 }
 
+/// Where a tenant stands in a flavor when a job of `need` GPUs does not
+/// fit its quota.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// Flavor.
+    pub flavor: FlavorIdx,
+    /// Tenant usage.
+    pub used: QuotaGpus,
+    /// Tenant nominal quota.
+    pub nominal: QuotaGpus,
+    /// GPUs the job needs.
+    pub need: QuotaGpus,
+}
+
+impl Standing {
+    /// The flavor's name, then used, nominal and need, as `PendingReason`
+    /// records them.
+    fn words(&self, state: &State) -> (String, [Gpus; 3]) {
+        let name = state.flavor_name(self.flavor).to_string();
+        (
+            name,
+            [self.used, self.nominal, self.need].map(QuotaGpus::get),
+        )
+    }
+}
+
 /// Why a tenant cannot take more GPUs of a flavor: numbers only, cheap to
 /// make; `reason` renders the `PendingReason` when one is recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Blocked {
     /// Usage plus the job would pass nominal + borrowing limit.
     Quota {
-        /// Flavor.
-        flavor: FlavorIdx,
-        /// Tenant usage.
-        used: QuotaGpus,
-        /// Tenant nominal quota.
-        nominal: QuotaGpus,
+        /// The tenant in the flavor.
+        at: Standing,
         /// GPUs it may still borrow.
         borrowable: QuotaGpus,
-        /// GPUs the job needs.
-        need: QuotaGpus,
     },
     /// The cohort has too little left to lend.
     Cohort {
-        /// Flavor.
-        flavor: FlavorIdx,
+        /// The tenant in the flavor.
+        at: Standing,
         /// Cohort.
         cohort: CohortIdx,
-        /// Tenant usage.
-        used: QuotaGpus,
-        /// Tenant nominal quota.
-        nominal: QuotaGpus,
         /// GPUs the cohort can still lend.
         lendable_left: QuotaGpus,
-        /// GPUs the job needs.
-        need: QuotaGpus,
     },
     /// The tenant's GPU-hour budget in the flavor is spent, and its policy
     /// is to wait for the next period.
@@ -137,34 +151,31 @@ impl Blocked {
     /// The reason as recorded in `JobPending`.
     pub fn reason(&self, state: &State) -> PendingReason {
         match *self {
-            Blocked::Quota {
-                flavor,
-                used,
-                nominal,
-                borrowable,
-                need,
-            } => PendingReason::QuotaExceeded {
-                flavor: state.flavor_name(flavor).to_string(),
-                used: used.get(),
-                nominal: nominal.get(),
-                borrowable: borrowable.get(),
-                need: need.get(),
-            },
+            Blocked::Quota { at, borrowable } => {
+                let (flavor, [used, nominal, need]) = at.words(state);
+                PendingReason::QuotaExceeded {
+                    flavor,
+                    used,
+                    nominal,
+                    borrowable: borrowable.get(),
+                    need,
+                }
+            }
             Blocked::Cohort {
-                flavor,
+                at,
                 cohort,
-                used,
-                nominal,
                 lendable_left,
-                need,
-            } => PendingReason::CohortExhausted {
-                flavor: state.flavor_name(flavor).to_string(),
-                cohort: state.cohort(cohort).name.clone(),
-                used: used.get(),
-                nominal: nominal.get(),
-                lendable_left: lendable_left.get(),
-                need: need.get(),
-            },
+            } => {
+                let (flavor, [used, nominal, need]) = at.words(state);
+                PendingReason::CohortExhausted {
+                    flavor,
+                    cohort: state.cohort(cohort).name.clone(),
+                    used,
+                    nominal,
+                    lendable_left: lendable_left.get(),
+                    need,
+                }
+            }
             Blocked::Budget { flavor, tenant } => {
                 let ledger = state.tenant(tenant).budget(flavor);
                 let budget = ledger.map(|l| l.budget);
@@ -199,13 +210,16 @@ pub fn check(
 ) -> Result<Fit, Blocked> {
     let tenant = state.tenant(t);
     let used = ov.used(state, t, f);
+    let at = Standing {
+        flavor: f,
+        used,
+        nominal: tenant.nominal(f),
+        need,
+    };
     let Some(q) = tenant.quota(f) else {
         return Err(Blocked::Quota {
-            flavor: f,
-            used,
-            nominal: QuotaGpus::ZERO,
+            at,
             borrowable: QuotaGpus::ZERO,
-            need,
         });
     };
     if tenant.budget_holds(f) {
@@ -218,13 +232,7 @@ pub fn check(
     let new_used = used + need;
     if new_used > limit {
         let borrowable = limit - used.max(q.nominal);
-        return Err(Blocked::Quota {
-            flavor: f,
-            used,
-            nominal: q.nominal,
-            borrowable,
-            need,
-        });
+        return Err(Blocked::Quota { at, borrowable });
     }
     if let Some(c) = tenant.cohort {
         let delta = tenant.pool_draw(f, new_used) - tenant.pool_draw(f, used);
@@ -232,12 +240,9 @@ pub fn check(
         let cap = state.cohort(c).capacity(f);
         if !state.cohort(c).can_lend(f, pool_used, delta) {
             return Err(Blocked::Cohort {
-                flavor: f,
+                at,
                 cohort: c,
-                used,
-                nominal: q.nominal,
                 lendable_left: cap - pool_used,
-                need,
             });
         }
     }
@@ -245,6 +250,29 @@ pub fn check(
         flavor: f,
         borrowed: (new_used - used.max(q.nominal)).get(),
     })
+}
+
+/// Cohort `c` lends tenant `t` nothing of flavor `f`: what it has is held
+/// for a reclaim's beneficiary.
+fn held_for_reclaim(
+    state: &State,
+    ov: &QuotaOverlay,
+    t: TenantIdx,
+    f: FlavorIdx,
+    c: CohortIdx,
+    need: QuotaGpus,
+) -> Blocked {
+    let at = Standing {
+        flavor: f,
+        used: ov.used(state, t, f),
+        nominal: state.tenant(t).nominal(f),
+        need,
+    };
+    Blocked::Cohort {
+        at,
+        cohort: c,
+        lendable_left: QuotaGpus::ZERO,
+    }
 }
 
 /// Chooses a flavor for a queued job: the first in its preference order that
@@ -255,11 +283,13 @@ pub fn check(
 pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit, Blocked> {
     let need = job.quota_gpus();
     let none = Blocked::Quota {
-        flavor: job.flavors.first().copied().unwrap_or(0),
-        used: QuotaGpus::ZERO,
-        nominal: QuotaGpus::ZERO,
+        at: Standing {
+            flavor: job.flavors.first().copied().unwrap_or(0),
+            used: QuotaGpus::ZERO,
+            nominal: QuotaGpus::ZERO,
+            need,
+        },
         borrowable: QuotaGpus::ZERO,
-        need,
     };
     let Some(t) = job.tenant else {
         return Err(none);
@@ -271,14 +301,7 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
     // Its victims are still stopping: the quota they free is its own; quota
     // freed meanwhile by others' victims is theirs.
     if let (Some(c), Some(f), Some(_)) = (cohort, planned, state.plan(job.id)) {
-        return Err(Blocked::Cohort {
-            flavor: f,
-            cohort: c,
-            used: ov.used(state, t, f),
-            nominal: state.tenant(t).nominal(f),
-            lendable_left: QuotaGpus::ZERO,
-            need,
-        });
+        return Err(held_for_reclaim(state, ov, t, f, c, need));
     }
     for (pos, &f) in job.flavors.iter().enumerate() {
         // Room was freed for it in one flavor: that is where it goes.
@@ -289,14 +312,7 @@ pub fn choose_flavor(state: &State, ov: &QuotaOverlay, job: &Job) -> Result<Fit,
             // Quota a reclaim freed goes to its beneficiary, not to borrowers.
             match cohort {
                 Some(c) if fit.borrowed > 0 && state.reclaim_held(c, f, t) => {
-                    Err(Blocked::Cohort {
-                        flavor: f,
-                        cohort: c,
-                        used: ov.used(state, t, f),
-                        nominal: state.tenant(t).nominal(f),
-                        lendable_left: QuotaGpus::ZERO,
-                        need,
-                    })
+                    Err(held_for_reclaim(state, ov, t, f, c, need))
                 }
                 _ => Ok(fit),
             }
