@@ -37,8 +37,8 @@ use gpusched_events::{
     Assignment, CheckpointRef, Event, EvictionCause, Outcome, PendingReason, PreemptionCause,
     RequeueReason, Victim,
 };
-use gpusched_model::{Gpus, JobId, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
-use words::{declared, duration, gpu_hours, offset, ordinal, relative, within};
+use gpusched_model::{Gpus, JobId, Place, QueueingMode, Timestamp, LEVEL_ANY, LEVEL_NODE};
+use words::{declared, duration, gpu_hours, offset, ordinal, relative};
 
 /// What explain is told: the moment it speaks at and the rule that decides
 /// when a running job may be preempted. Passed in; explain reads no clock.
@@ -401,7 +401,7 @@ pub fn history_at<'a>(
             }
             Event::JobAccepted { job } if *job == id => accepted_line(state, id),
             Event::JobRejected { job, reason } if *job == id => {
-                format!("             rejected: {}", words::rejection(reason))
+                format!("             rejected: {reason}")
             }
             Event::JobPending { job, reason, at } if *job == id => {
                 format!("{} waiting: {reason}", secs(*at))
@@ -621,7 +621,7 @@ fn submitted_line(at: &str, spec: &gpusched_model::JobSpec) -> String {
         spec.tenant,
         spec.workers,
         spec.gpus_per_worker,
-        within(&spec.topology),
+        Place::of(&spec.topology).within(),
         spec.priority,
         if spec.preemptible {
             ", preemptible"

@@ -97,7 +97,7 @@ fn level_any_reads_as_anywhere_in_the_cluster() {
     );
     assert!(
         last(&w).contains(
-            "waiting because no room for 1×8 GPUs of h100 anywhere in the cluster; 0 free across the cluster"
+            "waiting because no room for 1×8 GPUs of h100 anywhere in the cluster; the whole cluster has at most 0 free"
         ),
         "{w:?}"
     );
@@ -142,7 +142,7 @@ fn a_named_level_reads_as_one_domain_of_it() {
     assert!(s[0].contains("1×8 GPUs on one node"), "{s:?}");
     assert!(
         last(&s).contains(
-            "waiting because no node of h100 has room for 1×8 GPUs; the most free on one node is 0"
+            "waiting because no room for 1×8 GPUs of h100 on one node; one node has at most 0 free"
         ),
         "{s:?}"
     );

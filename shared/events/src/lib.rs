@@ -10,7 +10,9 @@
 
 pub mod binary;
 
-use gpusched_model::{CohortSpec, Gpus, JobId, JobSpec, NodeId, NodeSpec, TenantSpec, Timestamp};
+use gpusched_model::{
+    CohortSpec, Gpus, JobId, JobSpec, NodeId, NodeSpec, Place, TenantSpec, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -194,20 +196,12 @@ impl fmt::Display for PendingReason {
                 "cohort {cohort} has {lendable_left} GPUs of {flavor} left to lend; tenant uses {used} of nominal {nominal}, needs {need}"
             ),
             PendingReason::NoDomainFits { flavor, level, workers, gpus_per_worker, largest_free } => {
-                match level.as_str() {
-                    gpusched_model::LEVEL_ANY => write!(
-                        f,
-                        "no room for {workers}×{gpus_per_worker} GPUs of {flavor} anywhere in the cluster; {largest_free} free across the cluster"
-                    ),
-                    gpusched_model::LEVEL_NODE => write!(
-                        f,
-                        "no node of {flavor} has room for {workers}×{gpus_per_worker} GPUs; the most free on one node is {largest_free}"
-                    ),
-                    _ => write!(
-                        f,
-                        "no {level} of {flavor} has room for {workers}×{gpus_per_worker} GPUs; the most free in one {level} is {largest_free}"
-                    ),
-                }
+                let place = Place::of(level);
+                let (within, one) = (place.within(), place.one());
+                write!(
+                    f,
+                    "no room for {workers}×{gpus_per_worker} GPUs of {flavor} {within}; {one} has at most {largest_free} free"
+                )
             }
             PendingReason::BehindHead { head } => write!(f, "strict FIFO: behind blocked head job {head}"),
             PendingReason::WaitingForJobs { after_ok, after } => {
@@ -300,23 +294,25 @@ impl fmt::Display for RejectReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RejectReason::InvalidField { field, rule } => write!(f, "{field}: {rule}"),
-            RejectReason::UnknownTenant { tenant } => write!(f, "tenant: unknown tenant {tenant:?}"),
-            RejectReason::UnknownFlavor { flavor } => write!(f, "flavors: unknown flavor {flavor:?}"),
+            RejectReason::UnknownTenant { tenant } => {
+                write!(f, "tenant: unknown tenant {tenant:?}")
+            }
+            RejectReason::UnknownFlavor { flavor } => {
+                write!(f, "flavors: unknown flavor {flavor:?}")
+            }
             RejectReason::UnknownLevel { level } => write!(f, "topology: unknown level {level:?}"),
-            RejectReason::GangTooLarge { level, need, largest_domain } => match level.as_str() {
-                gpusched_model::LEVEL_ANY => write!(
+            RejectReason::GangTooLarge {
+                level,
+                need,
+                largest_domain,
+            } => {
+                let place = Place::of(level);
+                let (nowhere, one) = (place.nowhere(), place.one());
+                write!(
                     f,
-                    "workers: a gang of {need} GPUs fits nowhere in the cluster; the whole cluster holds {largest_domain} for this shape"
-                ),
-                gpusched_model::LEVEL_NODE => write!(
-                    f,
-                    "workers: a gang of {need} GPUs fits on no node; the largest node holds {largest_domain} for this shape"
-                ),
-                _ => write!(
-                    f,
-                    "workers: gang of {need} GPUs fits in no {level}; the largest {level} holds {largest_domain} for this shape"
-                ),
-            },
+                    "workers: a gang of {need} GPUs fits {nowhere}; {one} holds at most {largest_domain} for this shape"
+                )
+            }
             RejectReason::ExceedsQuotaLimit { need, limit } => write!(
                 f,
                 "workers: gang of {need} GPUs exceeds the tenant's quota limit of {limit}"

@@ -93,6 +93,61 @@ impl Timestamp {
 pub const LEVEL_ANY: &str = "any";
 /// The innermost topology level: one node.
 pub const LEVEL_NODE: &str = "node";
+
+/// A topology level as messages name it: [`LEVEL_ANY`] is the whole
+/// cluster, [`LEVEL_NODE`] one node, any other level a domain by its name
+/// (`rack`). The one place a level becomes words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place<'a> {
+    /// The whole cluster (one flavor's pool).
+    Cluster,
+    /// One node.
+    Node,
+    /// One domain of a named level.
+    Level(&'a str),
+}
+
+impl<'a> Place<'a> {
+    /// The place a gang of `level` must fit inside.
+    pub fn of(level: &'a str) -> Self {
+        match level {
+            LEVEL_ANY => Place::Cluster,
+            LEVEL_NODE => Place::Node,
+            l => Place::Level(l),
+        }
+    }
+
+    /// Where a gang must fit, after its GPU count: `anywhere in the
+    /// cluster`, `on one node`, `in one rack`.
+    pub fn within(self) -> String {
+        match self {
+            Place::Cluster => "anywhere in the cluster".to_string(),
+            Place::Node => "on one node".to_string(),
+            Place::Level(l) => format!("in one {l}"),
+        }
+    }
+
+    /// Where it fits nowhere: `nowhere in the cluster`, `on no node`, `in
+    /// no rack`.
+    pub fn nowhere(self) -> String {
+        match self {
+            Place::Cluster => "nowhere in the cluster".to_string(),
+            Place::Node => "on no node".to_string(),
+            Place::Level(l) => format!("in no {l}"),
+        }
+    }
+
+    /// One domain of it, as a subject: `the whole cluster`, `one node`,
+    /// `one rack`.
+    pub fn one(self) -> String {
+        match self {
+            Place::Cluster => "the whole cluster".to_string(),
+            Place::Node => "one node".to_string(),
+            Place::Level(l) => format!("one {l}"),
+        }
+    }
+}
+
 /// Default topology level names, outermost first (the node level is implied).
 pub const DEFAULT_LEVELS: [&str; 2] = ["rack", "block"];
 

@@ -1,13 +1,13 @@
 //! Explain's words: durations, times relative to now or to a job's
-//! submission, topology levels and short lists, in the user's terms.
+//! submission and short lists, in the user's terms (a topology level
+//! reads through `gpusched_model::Place`).
 //!
-//! Owns: how a time, a level or a list of jobs reads. Times are log times
+//! Owns: how a time or a list of jobs reads. Times are log times
 //! (the clock the events carry); a raw epoch number is never printed.
 //!
 //! Must never: read a clock, or decide anything.
 
-use gpusched_events::RejectReason;
-use gpusched_model::{JobId, Timestamp, LEVEL_ANY, LEVEL_NODE};
+use gpusched_model::{JobId, Timestamp};
 
 /// A duration in words: `0.3 s`, `42 s`, `3 min 20 s`, `1 h 5 min`, `2 d 3 h`.
 pub fn duration(ms: u64) -> String {
@@ -65,16 +65,6 @@ pub fn offset(t: Timestamp, t0: Timestamp) -> String {
     }
 }
 
-/// Where a gang must fit, after its GPU count: `anywhere in the cluster`,
-/// `on one node`, `in one block`.
-pub fn within(level: &str) -> String {
-    match level {
-        LEVEL_ANY => "anywhere in the cluster".to_string(),
-        LEVEL_NODE => "on one node".to_string(),
-        l => format!("in one {l}"),
-    }
-}
-
 /// GPU-milliseconds as GPU-hours.
 pub fn gpu_hours(gpu_ms: u64) -> String {
     format!("{:.2} GPU-hours", gpu_ms as f64 / 3_600_000.0)
@@ -101,29 +91,6 @@ pub fn jobs(ids: &[JobId]) -> String {
     match ids.len() {
         1 => format!("job {}", names[0]),
         _ => format!("jobs {}", list(&names, 8)),
-    }
-}
-
-/// A rejection in the user's words: a gang too large for its level names
-/// the level as a place (`fits nowhere in the cluster`, `on no node`).
-pub fn rejection(r: &RejectReason) -> String {
-    match r {
-        RejectReason::GangTooLarge {
-            level,
-            need,
-            largest_domain,
-        } => match level.as_str() {
-            LEVEL_ANY => format!(
-                "workers: a gang of {need} GPUs fits nowhere in the cluster; the whole cluster holds {largest_domain} for this shape"
-            ),
-            LEVEL_NODE => format!(
-                "workers: a gang of {need} GPUs fits on no node; one node holds at most {largest_domain} for this shape"
-            ),
-            l => format!(
-                "workers: a gang of {need} GPUs fits in no {l}; one {l} holds at most {largest_domain} for this shape"
-            ),
-        },
-        other => other.to_string(),
     }
 }
 
