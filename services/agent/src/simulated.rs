@@ -288,21 +288,32 @@ impl Decider for SimulatedAgent {
 pub(crate) mod tests {
     use super::*;
     use gpusched_core::{run_cycle, CycleConfig, ScanMemo};
-    use gpusched_model::{CheckpointPolicy, FlavorQuota, JobSpec, TenantSpec};
+    use gpusched_model::{CheckpointPolicy, JobSpec};
+
+    /// Two nodes of 8 H100s in one block, and tenant `ml` with 16 of them.
+    const TWO_NODES: &str = r#"
+        [[node]]
+        name = "n0"
+        flavor = "h100"
+        gpus = 8
+        path = ["r0", "b0"]
+
+        [[node]]
+        name = "n1"
+        flavor = "h100"
+        gpus = 8
+        path = ["r0", "b0"]
+
+        [[tenant]]
+        name = "ml"
+        quotas = [{ flavor = "h100", nominal = 16 }]
+    "#;
 
     /// The events of two bound jobs on two nodes, the first then started;
     /// with the state after each.
     pub(crate) fn bound_and_running() -> (Vec<Event>, State, Timestamp) {
-        let mut events = vec![Event::TenantConfigured {
-            spec: TenantSpec::new("ml", vec![FlavorQuota::new("h100", 16)]),
-        }];
-        for n in 0..2u32 {
-            events.push(Event::NodeAdded {
-                node: NodeId(n),
-                spec: NodeSpec::new(format!("n{n}"), "h100", 8, &["r0", "b0"]),
-                at: Timestamp(1_000),
-            });
-        }
+        let cluster = gpusched_sim::Cluster::parse(TWO_NODES, "two nodes").expect("parses");
+        let mut events = cluster.events;
         for j in 1..=2u64 {
             events.push(Event::JobSubmitted {
                 job: JobId(j),
