@@ -130,13 +130,20 @@ pub struct ScanMemo {
     /// goes on from there instead of rescanning the heads it already found
     /// blocked, so every job of a deep queue is looked at in turn.
     pub tenant_resume: FxHashMap<TenantIdx, TenantResume>,
-    /// Flavor → (capacity version, reservations held) when nothing more
-    /// could be placed: a reservation released anywhere frees a slot of
-    /// the shared reservation budget.
-    pub flavor_blocked: FxHashMap<FlavorIdx, (u64, usize)>,
+    /// Flavor → (capacity version, reservations held, and the placement
+    /// version when a stale reservation's re-plan was skipped there) when
+    /// nothing more could be placed: a reservation released anywhere frees
+    /// a slot of the shared reservation budget.
+    pub flavor_blocked: FxHashMap<FlavorIdx, (u64, usize, Option<u64>)>,
     /// Beneficiary → what its search depended on when no victim set could
     /// be found.
     pub preempt_failed: FxHashMap<JobId, SearchStamp>,
+    /// Owner of a stale reservation → (flavor, capacity version, placement
+    /// version) when a re-plan found nothing better, made before the pass
+    /// had taken anything in the flavor. Until one of them moves the plan
+    /// reads the same nodes, free GPUs and guaranteed ends, and the clock
+    /// alone only moves a start later, so a re-plan cannot do better.
+    pub reservation_checked: FxHashMap<JobId, (FlavorIdx, u64, u64)>,
 }
 
 /// Where a best-effort tenant's pass was cut by the depth bound.

@@ -67,7 +67,7 @@ pub fn decide(
     let mut active: Vec<(FlavorIdx, Option<QueueKey>, usize)> = (0..state.flavors().len())
         .map(|f| f as FlavorIdx)
         .filter(|&f| state.unplaced_after(f, None).is_some())
-        .filter(|&f| memo.flavor_blocked.get(&f) != Some(&blocked_stamp(state, f)))
+        .filter(|&f| !still_blocked(state, memo, f))
         .map(|f| (f, None, 0))
         .collect();
     while !active.is_empty() && (pass.stats.heads_examined as usize) < cfg.max_heads {
@@ -84,7 +84,7 @@ pub fn decide(
             if let Some(job) = job {
                 if !pass.place(job, f) {
                     blocked += 1;
-                    pass.reserve(job, f);
+                    pass.reserve(memo, job, f);
                     pass.record_pending(job, f);
                 }
             }
@@ -101,9 +101,27 @@ pub fn decide(
 }
 
 /// A flavor found blocked stays so while its capacity and the number of
-/// reservations held (a budget all flavors share) stay the same.
-fn blocked_stamp(state: &State, f: FlavorIdx) -> (u64, usize) {
-    (state.capacity_version(f), state.reservations().len())
+/// reservations held (a budget all flavors share) stay the same, and,
+/// where a stale reservation's re-plan was skipped (`replan_skipped`),
+/// while nothing its plan reads changes either.
+fn blocked_stamp(state: &State, f: FlavorIdx, replan_skipped: bool) -> (u64, usize, Option<u64>) {
+    (
+        state.capacity_version(f),
+        state.reservations().len(),
+        replan_skipped.then(|| state.placement_version(f)),
+    )
+}
+
+/// Whether flavor `f` is parked in the memo and nothing it waits for moved.
+fn still_blocked(state: &State, memo: &ScanMemo, f: FlavorIdx) -> bool {
+    memo.flavor_blocked
+        .get(&f)
+        .is_some_and(|&parked| parked == blocked_stamp(state, f, parked.2.is_some()))
+}
+
+/// What a stale reservation's re-plan in flavor `f` reads from the state.
+fn replan_stamp(state: &State, f: FlavorIdx) -> (FlavorIdx, u64, u64) {
+    (f, state.capacity_version(f), state.placement_version(f))
 }
 
 /// One placement pass: what it has taken and decided so far.
@@ -124,6 +142,13 @@ struct Pass<'a> {
     /// they are looked at again next cycle rather than parked, since the
     /// plan depends on this pass's own placements.
     reserving: FxHashSet<FlavorIdx>,
+    /// Flavors where this pass took GPUs or reserved nodes: a re-plan
+    /// there reads this pass's overlay too, so it is neither skipped nor
+    /// remembered.
+    touched: FxHashSet<FlavorIdx>,
+    /// Flavors where a stale reservation's re-plan was skipped because
+    /// nothing it reads had changed.
+    replan_skipped: FxHashSet<FlavorIdx>,
 }
 
 impl<'a> Pass<'a> {
@@ -143,10 +168,23 @@ impl<'a> Pass<'a> {
                 .filter(|r| !r.for_preemption)
                 .count(),
             reserving: FxHashSet::default(),
+            touched: FxHashSet::default(),
+            replan_skipped: FxHashSet::default(),
         }
     }
 
+    /// Notes the flavors of nodes this pass takes GPUs on or reserves.
+    fn touch(&mut self, assignments: &[Assignment]) {
+        let nodes = self.state.nodes();
+        self.touched.extend(
+            assignments
+                .iter()
+                .filter_map(|a| nodes.get(a.node.index()).map(|n| n.flavor)),
+        );
+    }
+
     fn bound(&mut self, job: JobId, assignments: Vec<Assignment>, backfill_for: Option<JobId>) {
+        self.touch(&assignments);
         self.done.insert(job);
         self.stats.bound += 1;
         self.events.push(Event::JobBound {
@@ -204,7 +242,7 @@ impl<'a> Pass<'a> {
     /// Plans a reservation for blocked `job` while the budget allows one,
     /// or re-plans its own stale one; a new plan replaces the old only if
     /// it starts earlier and takes no node another plan of this pass holds.
-    fn reserve(&mut self, job: &Job, f: FlavorIdx) {
+    fn reserve(&mut self, memo: &mut ScanMemo, job: &Job, f: FlavorIdx) {
         if self.cfg.reservations == 0 {
             return;
         }
@@ -219,6 +257,14 @@ impl<'a> Pass<'a> {
         if !replan {
             return;
         }
+        // A stale reservation whose last re-plan found nothing better, with
+        // nothing it reads changed since: the same plan again.
+        let stamp =
+            (own.is_some() && !self.touched.contains(&f)).then(|| replan_stamp(self.state, f));
+        if stamp.is_some() && memo.reservation_checked.get(&job.id) == stamp.as_ref() {
+            self.replan_skipped.insert(f);
+            return;
+        }
         self.reserving.insert(f);
         let plan = plan_reservation(
             self.state,
@@ -230,16 +276,19 @@ impl<'a> Pass<'a> {
             self.now,
             &mut self.stats.domains_probed,
         );
-        let Some((assignments, start)) = plan else {
+        let better_plan = plan.filter(|(assignments, start)| {
+            own.is_none_or(|r| earlier(*start, r.start))
+                && !assignments
+                    .iter()
+                    .any(|a| self.held.reserved.contains(&a.node))
+        });
+        let Some((assignments, start)) = better_plan else {
+            if let Some(stamp) = stamp {
+                memo.reservation_checked.insert(job.id, stamp);
+            }
             return;
         };
-        let better = own.is_none_or(|r| earlier(start, r.start));
-        let clash = assignments
-            .iter()
-            .any(|a| self.held.reserved.contains(&a.node));
-        if !better || clash {
-            return;
-        }
+        memo.reservation_checked.remove(&job.id);
         if own.is_none() {
             self.blocked_reservations += 1;
         }
@@ -256,6 +305,7 @@ impl<'a> Pass<'a> {
 
     /// Later jobs of this pass keep off these reserved nodes.
     fn hold_reserved(&mut self, assignments: &[Assignment]) {
+        self.touch(assignments);
         let cap = self.state.capacity();
         for a in assignments {
             self.held.reserved.insert(a.node);
@@ -304,7 +354,9 @@ impl<'a> Pass<'a> {
     /// pass planned a reservation in it.
     fn park(&self, memo: &mut ScanMemo, f: FlavorIdx) {
         if !self.reserving.contains(&f) {
-            memo.flavor_blocked.insert(f, blocked_stamp(self.state, f));
+            let skipped = self.replan_skipped.contains(&f);
+            memo.flavor_blocked
+                .insert(f, blocked_stamp(self.state, f, skipped));
         }
     }
 }
@@ -385,6 +437,84 @@ fn backfill(
     None
 }
 
+/// One domain's reservation plan for `w` workers of `g` GPUs: the nodes,
+/// the start (`None` when some job in the way declares no max runtime) and
+/// the GPUs free there now; `None` when the gang cannot be packed there
+/// even once every job is gone.
+///
+/// Per usable node: free now and (end, GPUs) of the jobs holding it. The
+/// start is the earliest end by which enough worker slots are free; the
+/// slots are counted as each end adds its GPUs, not summed again.
+fn plan_in_domain(
+    state: &State,
+    ov: &CapacityOverlay,
+    held: &Held,
+    dom: &crate::capacity::Domain,
+    w: u32,
+    g: Gpus,
+    now: Timestamp,
+) -> Option<(Vec<Assignment>, Option<Timestamp>, u64)> {
+    let cap = state.capacity();
+    // (node, free now, free at the start, GPUs of jobs with no known end)
+    let mut nodes: Vec<(NodeId, Gpus, Gpus, Gpus)> = Vec::with_capacity(dom.nodes.len());
+    // (end, node, GPUs, index in `nodes`)
+    let mut ends: Vec<(Timestamp, NodeId, Gpus, usize)> = Vec::new();
+    for &n in &dom.nodes {
+        let node = &state.nodes()[n.index()];
+        if node.status != crate::state::NodeStatus::Ready
+            || node.reserved_for.is_some()
+            || held.reserved.contains(&n)
+        {
+            continue;
+        }
+        let fr = cap.free_with(ov, n).min(held.free(state, n));
+        let i = nodes.len();
+        let mut unknown: Gpus = 0;
+        for j in node.jobs.iter().filter_map(|j| state.job(*j)) {
+            let gpus: Gpus = j
+                .assignments
+                .iter()
+                .filter(|a| a.node == n)
+                .map(|a| a.gpus)
+                .sum();
+            match guaranteed_end(j, now) {
+                Some(t) => ends.push((t.max(now), n, gpus, i)),
+                None => unknown += gpus,
+            }
+        }
+        nodes.push((n, fr, fr, unknown));
+    }
+    ends.sort_unstable();
+    let mut slots: u64 = nodes.iter().map(|&(_, x, _, _)| (x / g) as u64).sum();
+    let mut start = (slots >= w as u64).then_some(now);
+    if start.is_none() {
+        for &(t, _, gpus, i) in &ends {
+            let at_t = &mut nodes[i].2;
+            slots -= (*at_t / g) as u64;
+            *at_t += gpus;
+            slots += (*at_t / g) as u64;
+            if slots >= w as u64 {
+                start = Some(t);
+                break;
+            }
+        }
+    }
+    // Nodes: at the start, most free first; with no start, most free
+    // eventually (all jobs gone) and soonest first.
+    let mut order: Vec<(Gpus, Gpus, NodeId)> = nodes
+        .iter()
+        .map(|&(n, _, x, unknown)| match start {
+            Some(_) => (x, x, n),
+            None => (x + unknown, x, n),
+        })
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    let mut out = pack_in_order(order.into_iter().map(|(x, _, n)| (n, x)), w, g)?;
+    out.sort_unstable_by_key(|a| a.node);
+    let free_now: u64 = nodes.iter().map(|&(_, x, _, _)| x as u64).sum();
+    Some((out, start, free_now))
+}
+
 /// Orders reservation plans: a known start first, then the earliest, then
 /// the domain with the most free GPUs now, then the domain index.
 type ReservationKey = (bool, u64, i64, DomainIdx);
@@ -424,65 +554,11 @@ fn plan_reservation(
         .take(cfg.reservation_domains)
     {
         *probes += 1;
-        let dom = cap.domain(d);
-        // Per usable node: free now and (end, GPUs) of the jobs holding it.
-        let mut free: FxHashMap<NodeId, Gpus> = FxHashMap::default();
-        let mut ends: Vec<(Timestamp, NodeId, Gpus)> = Vec::new();
-        let mut unknown: FxHashMap<NodeId, Gpus> = FxHashMap::default();
-        for &n in &dom.nodes {
-            let node = &state.nodes()[n.index()];
-            if node.status != crate::state::NodeStatus::Ready
-                || node.reserved_for.is_some()
-                || held.reserved.contains(&n)
-            {
-                continue;
-            }
-            let fr = cap.free_with(ov, n).min(held.free(state, n));
-            free.insert(n, fr);
-            for j in node.jobs.iter().filter_map(|j| state.job(*j)) {
-                let gpus: Gpus = j
-                    .assignments
-                    .iter()
-                    .filter(|a| a.node == n)
-                    .map(|a| a.gpus)
-                    .sum();
-                match guaranteed_end(j, now) {
-                    Some(t) => ends.push((t.max(now), n, gpus)),
-                    None => *unknown.entry(n).or_default() += gpus,
-                }
-            }
-        }
-        ends.sort_unstable();
-        let slots =
-            |m: &FxHashMap<NodeId, Gpus>| -> u64 { m.values().map(|&x| (x / g) as u64).sum() };
-        let mut at_t = free.clone();
-        let mut start = None;
-        if slots(&at_t) >= w as u64 {
-            start = Some(now);
-        } else {
-            for &(t, n, gpus) in &ends {
-                *at_t.entry(n).or_default() += gpus;
-                if slots(&at_t) >= w as u64 {
-                    start = Some(t);
-                    break;
-                }
-            }
-        }
-        // Nodes: at the start, most free first; with no start, most free
-        // eventually (all jobs gone) and soonest first.
-        let mut order: Vec<(Gpus, Gpus, NodeId)> = if start.is_some() {
-            at_t.iter().map(|(&n, &x)| (x, x, n)).collect()
-        } else {
-            at_t.iter()
-                .map(|(&n, &x)| (x + unknown.get(&n).copied().unwrap_or(0), x, n))
-                .collect()
-        };
-        order.sort_unstable_by(|a, b| b.cmp(a));
-        let Some(mut out) = pack_in_order(order.into_iter().map(|(x, _, n)| (n, x)), w, g) else {
+        let Some((out, start, free_now)) =
+            plan_in_domain(state, ov, held, cap.domain(d), w, g, now)
+        else {
             continue;
         };
-        out.sort_unstable_by_key(|a| a.node);
-        let free_now: u64 = free.values().map(|&x| x as u64).sum();
         let key = (
             start.is_none(),
             start.map_or(0, |t| t.0),

@@ -691,6 +691,11 @@ pub struct State {
     unplaced: Vec<BTreeSet<QueueKey>>,
     orphaned: BTreeSet<JobId>,
     capacity_version: Vec<u64>,
+    /// Per flavor, bumped whenever something a reservation plan reads there
+    /// changes beyond what `capacity_version` counts: a job holding GPUs
+    /// there changes phase (GPUs taken, a guaranteed end known or moved by
+    /// a victim's deadline), or a node's status or schedulability changes.
+    placement_version: Vec<u64>,
     next_order: u64,
     counts: PhaseCounts,
     /// Preemptible running jobs per tenant and flavor, least unsaved work first.
@@ -946,6 +951,12 @@ impl State {
     pub fn wants_preemption(&self) -> impl Iterator<Item = JobId> + '_ {
         self.wants_preemption.iter().map(|k| k.job)
     }
+    /// Bumped whenever something a reservation plan in flavor `f` reads
+    /// changes that [`State::capacity_version`] does not count: a job
+    /// holding GPUs there changes phase, or a node's status changes.
+    pub fn placement_version(&self, f: FlavorIdx) -> u64 {
+        self.placement_version.get(f as usize).copied().unwrap_or(0)
+    }
     /// Bumped whenever a job starts running.
     pub fn running_version(&self) -> u64 {
         self.running_version
@@ -1018,6 +1029,11 @@ impl State {
 
     fn set_phase(&mut self, id: JobId, to: Phase) {
         if let Some(job) = self.jobs.get_mut(&id) {
+            if job.phase.holds_gpus() || to.holds_gpus() {
+                if let Some(f) = job.flavor {
+                    *at_mut(&mut self.placement_version, f as usize) += 1;
+                }
+            }
             self.counts.mv(Some(job.phase), to);
             if let Some(tenant) = job.tenant.and_then(|t| self.tenants.get_mut(t as usize)) {
                 if to.holds_quota() {
@@ -1199,6 +1215,7 @@ impl State {
         };
         let on = node.status == NodeStatus::Ready && node.reserved_for.is_none();
         let f = node.flavor;
+        *at_mut(&mut self.placement_version, f as usize) += 1;
         let was = self.capacity.is_schedulable(n);
         self.capacity.set_schedulable(n, on);
         if on && !was {
@@ -1709,8 +1726,10 @@ impl State {
                 event: kind,
             });
         }
+        let f = n.flavor;
         self.capacity.remove_node(node);
         self.evicted_nodes.remove(&node);
+        *at_mut(&mut self.placement_version, f as usize) += 1;
         let n = &mut self.nodes[node.index()];
         n.status = NodeStatus::Lost;
         let reserved = n.reserved_for;
