@@ -94,7 +94,9 @@ fn every_event_of_every_fixture_reads_as_a_line_of_incident_review() {
                 i + 1,
                 e.kind()
             );
-            let _ = state.apply(e);
+            if let Err(err) = state.apply(e) {
+                panic!("{name}:{}: {} refused: {err}", i + 1, e.kind());
+            }
         }
     }
 }
