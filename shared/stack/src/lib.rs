@@ -142,7 +142,8 @@ pub enum Build {
 /// The directory of the service binaries, `dir` (a `deps/` directory
 /// stands for its parent), built with cargo as `build` says.
 ///
-/// The build is `--workspace --bins` (with `--tests` under a test build):
+/// The build is `--workspace --bins --tests` (with `--release` in a
+/// `release` directory):
 /// it resolves features exactly as `cargo test --workspace`, the test
 /// command, does, so it reuses every artifact the test build made and only
 /// links the binaries; a build of just the service packages would resolve
@@ -159,11 +160,9 @@ pub fn service_binaries(dir: &Path, build: Build) -> Result<PathBuf> {
     if build == Build::Always || missing {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "--workspace", "--bins"]);
+        cmd.args(["build", "--quiet", "--workspace", "--bins", "--tests"]);
         if dir.ends_with("release") {
             cmd.arg("--release");
-        } else {
-            cmd.arg("--tests");
         }
         let status = cmd
             .status()
