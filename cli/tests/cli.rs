@@ -10,18 +10,13 @@ use std::io::Write;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gpusched_testkit::free_port;
+
 const ADMIN: &str = "cli-test-admin";
 const VISION: &str = "cli-test-vision";
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gpusched")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
 }
 
 struct Dev {
@@ -59,7 +54,7 @@ impl Dev {
             gpusched_gateway::hash_token(VISION)
         )
         .unwrap();
-        let port = free_port();
+        let port = free_port().unwrap();
         let child = Command::new(bin())
             .args(["dev", "--jobs", "0", "--time-scale", "3600"])
             .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -298,7 +293,7 @@ fn exit_codes_say_what_went_wrong() {
         .args([
             "list",
             "--server",
-            &format!("http://127.0.0.1:{}", free_port()),
+            &format!("http://127.0.0.1:{}", free_port().unwrap()),
         ])
         .env("GPUSCHED_TOKEN", ADMIN)
         .output()
@@ -313,7 +308,7 @@ fn offline(args: &[&str]) -> (Option<i32>, String) {
         .args(args)
         .env(
             "GPUSCHED_SERVER",
-            format!("http://127.0.0.1:{}", free_port()),
+            format!("http://127.0.0.1:{}", free_port().unwrap()),
         )
         .env("GPUSCHED_TOKEN", ADMIN)
         .env_remove("GPUSCHED_CONFIG")

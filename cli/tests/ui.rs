@@ -38,13 +38,6 @@ fn tool(var: &str, default: &str) -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// chromedriver as a child process, killed on drop.
 struct Driver {
     child: Child,
@@ -55,7 +48,7 @@ struct Driver {
 impl Driver {
     fn start() -> Driver {
         let exe = tool("GPUSCHED_CHROMEDRIVER", "/usr/bin/chromedriver");
-        let port = free_port();
+        let port = gpusched_testkit::free_port().expect("a free port");
         let child = Command::new(exe)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())

@@ -1,240 +1,92 @@
 //! Private infrastructure for fault injection: a Postgres 15 cluster and a
 //! `nats-server` with JetStream, each on a free port with its data under
 //! one temporary directory of this run, which the chaos run restarts,
-//! stops, kills and wipes at will.
+//! stops, kills and wipes at will. The servers are `gpusched_testkit`'s
+//! launchers (the ones the store's and the bus's fault tests use); this
+//! module gives them the load test's face: async, `anyhow` errors, the
+//! load test's settings (`LOADTEST_PG_BIN`, 200 connections).
 //!
-//! Postgres' tools refuse to run as root, so when this process is root
-//! they run as the `postgres` OS user (`runuser`), in a directory owned by
-//! it. Authentication is `trust`, on 127.0.0.1 and a socket in the run's
-//! directory only; `fsync` is off (the faults here stop and kill servers,
-//! never the machine, so the page cache keeps every commit).
+//! Owns: the run's temporary directory, and running the launchers'
+//! blocking operations off the runtime's threads.
 //!
-//! Owns: the temporary directory, both server processes, their ports,
-//! data and logs, and every operation on them (restart, stop for a while,
-//! SIGKILL, wipe).
-//!
-//! Must never: touch the shared servers (5432, 4222) or any directory but
-//! its own, or leave a process or a directory behind: [`Infra`]'s `Drop`
-//! stops both servers and removes the directory, on the error and panic
-//! paths too.
+//! Must never: launch a server itself (that is `gpusched_testkit`'s),
+//! touch the shared servers (5432, 4222) or any directory but its own, or
+//! leave a process or a directory behind: [`Infra`]'s fields stop both
+//! servers when dropped and then remove the directory, on the error and
+//! panic paths too.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use gpusched_testkit::{PostgresOptions, StopMode};
 
-/// Where Postgres 15's programs are, unless `LOADTEST_PG_BIN` says otherwise.
-pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
-
-/// A free TCP port on 127.0.0.1 (released before it is used; a clash shows
-/// as a server that fails to start).
-pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr().context("finding a free port")?.port())
-}
-
-fn running_as_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Numeric id of an OS user or its group (`id -u` / `id -g`).
-fn os_id(flag: &str, user: &str) -> Result<u32> {
-    let out = Command::new("id")
-        .args([flag, user])
-        .output()
-        .with_context(|| format!("running id {flag} {user}"))?;
-    if !out.status.success() {
-        bail!("no OS user {user} (needed to run Postgres' tools as non-root)");
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .with_context(|| format!("id {flag} {user}: not a number"))
+/// Runs a blocking launcher call on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T> {
+    Ok(tokio::task::spawn_blocking(f)
+        .await
+        .context("a launcher task")??)
 }
 
 /// A private Postgres cluster: `initdb` into the run's directory, started
-/// with `pg_ctl` on its own port and socket directory.
+/// with `pg_ctl` on its own port and socket directory; stopped and its
+/// directory removed when dropped.
 #[derive(Debug)]
 pub struct PrivatePostgres {
-    bin: PathBuf,
-    dir: PathBuf,
-    data: PathBuf,
-    log: PathBuf,
+    server: gpusched_testkit::PrivatePostgres,
     /// Its port on 127.0.0.1.
     pub port: u16,
-    as_postgres: bool,
 }
 
 impl PrivatePostgres {
-    /// Creates the cluster in `dir` (which must not exist) and starts it.
+    /// Creates the cluster in `dir` and starts it.
     pub async fn create(dir: &Path) -> Result<Self> {
-        let bin = std::env::var_os("LOADTEST_PG_BIN")
-            .map_or_else(|| PathBuf::from(PG_BIN), PathBuf::from);
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let as_postgres = running_as_root();
-        if as_postgres {
-            let (uid, gid) = (os_id("-u", "postgres")?, os_id("-g", "postgres")?);
-            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
-                .with_context(|| format!("chown postgres {}", dir.display()))?;
-        }
-        let pg = PrivatePostgres {
-            data: dir.join("data"),
-            log: dir.join("postgres.log"),
-            dir: dir.to_path_buf(),
-            bin,
-            port: free_port()?,
-            as_postgres,
+        let defaults = PostgresOptions::default();
+        let opts = PostgresOptions {
+            bin: std::env::var_os("LOADTEST_PG_BIN").map_or(defaults.bin, PathBuf::from),
+            max_connections: 200,
+            shared_buffers: None,
         };
-        let data = pg.data.display().to_string();
-        pg.tool(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "--auth=trust",
-                "-U",
-                "postgres",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        )
-        .await?;
-        pg.start().await?;
-        Ok(pg)
+        let dir = dir.to_path_buf();
+        let server = blocking(move || gpusched_testkit::PrivatePostgres::start_in(&dir, &opts))
+            .await
+            .context("a private Postgres")?;
+        Ok(PrivatePostgres {
+            port: server.port(),
+            server,
+        })
     }
 
     /// Connection URL of its `postgres` database.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.server.url("postgres")
     }
 
     /// Its server log.
     pub fn log_file(&self) -> &Path {
-        &self.log
-    }
-
-    fn command(&self, tool: &str, args: &[&str]) -> tokio::process::Command {
-        let program = self.bin.join(tool);
-        let mut c = if self.as_postgres {
-            let mut c = tokio::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            tokio::process::Command::new(program)
-        };
-        c.args(args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        c
-    }
-
-    async fn tool(&self, tool: &str, args: &[&str]) -> Result<()> {
-        let out = self
-            .command(tool, args)
-            .output()
-            .await
-            .with_context(|| format!("running {tool}"))?;
-        if !out.status.success() {
-            bail!(
-                "{tool} {} failed ({}): {}{}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stdout).trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
-    }
-
-    fn server_options(&self) -> String {
-        format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200",
-            self.port,
-            self.dir.display()
-        )
-    }
-
-    fn pg_ctl_args(&self, action: &str) -> Vec<String> {
-        vec![
-            "-D".into(),
-            self.data.display().to_string(),
-            "-l".into(),
-            self.log.display().to_string(),
-            "-w".into(),
-            "-t".into(),
-            "60".into(),
-            "-o".into(),
-            self.server_options(),
-            action.into(),
-        ]
-    }
-
-    async fn pg_ctl(&self, action: &str, extra: &[&str]) -> Result<()> {
-        let mut args = self.pg_ctl_args(action);
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.tool("pg_ctl", &refs).await
+        self.server.log_file()
     }
 
     /// Starts the server and waits until it accepts connections.
     pub async fn start(&self) -> Result<()> {
-        self.pg_ctl("start", &[]).await
+        let ctl = self.server.control();
+        blocking(move || ctl.start()).await
     }
 
     /// Stops the server (`fast`: sessions are ended, a clean shutdown).
     pub async fn stop(&self) -> Result<()> {
-        self.pg_ctl("stop", &["-m", "fast"]).await
+        let ctl = self.server.control();
+        blocking(move || ctl.stop(StopMode::Fast)).await
     }
 
     /// Restarts the server (fast shutdown, then start) and waits for it.
     pub async fn restart(&self) -> Result<()> {
-        self.pg_ctl("restart", &["-m", "fast"]).await
-    }
-
-    /// Stops the server at once and for good (Drop): `pg_ctl stop -m
-    /// immediate`, then SIGKILL of the postmaster if it is still there.
-    fn shut_down_now(&self) {
-        let mut c = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"])
-                .arg(self.bin.join("pg_ctl"));
-            c
-        } else {
-            Command::new(self.bin.join("pg_ctl"))
-        };
-        let _ = c
-            .args([
-                "-D",
-                &self.data.display().to_string(),
-                "-m",
-                "immediate",
-                "-w",
-                "-t",
-                "20",
-                "stop",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let pid_file = self.data.join("postmaster.pid");
-        if let Ok(text) = std::fs::read_to_string(&pid_file) {
-            if let Some(pid) = text
-                .lines()
-                .next()
-                .and_then(|l| l.trim().parse::<u32>().ok())
-            {
-                signal_pid(pid, "KILL");
-            }
-        }
+        let ctl = self.server.control();
+        blocking(move || ctl.restart()).await
     }
 }
-
-pub use gpusched_stack::signal_pid;
 
 /// The directory of the service binaries: `hint`, or the one this
 /// executable is in (or its parent, for a test binary in `deps/`), built
@@ -254,28 +106,43 @@ pub fn service_binaries(hint: Option<&Path>) -> Result<PathBuf> {
     )?)
 }
 
-/// A private `nats-server -js` on its own port and store directory.
+/// A private `nats-server -js` on its own port and store directory;
+/// killed and its directory removed when dropped.
 #[derive(Debug)]
 pub struct PrivateNats {
-    store: PathBuf,
+    // Shared with the blocking task of a start or a stop in flight.
+    server: Arc<Mutex<gpusched_testkit::PrivateNats>>,
     log: PathBuf,
     /// Its port on 127.0.0.1.
     pub port: u16,
-    child: Option<Child>,
 }
 
 impl PrivateNats {
     /// Starts a server with its store in `dir/store`, logging to `dir/nats-server.log`.
     pub async fn create(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let server = gpusched_testkit::PrivateNats::new_in(dir).context("a private nats-server")?;
         let mut n = PrivateNats {
-            store: dir.join("store"),
-            log: dir.join("nats-server.log"),
-            port: free_port()?,
-            child: None,
+            port: server.port(),
+            log: server.log_file().to_path_buf(),
+            server: Arc::new(Mutex::new(server)),
         };
         n.start().await?;
         Ok(n)
+    }
+
+    /// Runs `f` on the server on the blocking pool.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut gpusched_testkit::PrivateNats) -> std::io::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let server = self.server.clone();
+        blocking(move || {
+            let mut s = server
+                .lock()
+                .map_err(|_| std::io::Error::other("the nats-server lock is poisoned"))?;
+            f(&mut s)
+        })
+        .await
     }
 
     /// Its client URL.
@@ -291,104 +158,42 @@ impl PrivateNats {
     /// Starts the server (with whatever the store holds) and waits until it
     /// accepts connections.
     pub async fn start(&mut self) -> Result<()> {
-        if self.child.is_some() {
-            bail!("nats-server is already running");
-        }
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .with_context(|| format!("opening {}", self.log.display()))?;
-        let err = out.try_clone().context("nats-server log")?;
-        let child = gpusched_bus::testing::nats_server_command(self.port, &self.store)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .context("starting nats-server")?;
-        self.child = Some(child);
-        self.wait_ready().await
+        self.with(|s| s.start()).await
     }
 
-    async fn wait_ready(&mut self) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return Ok(());
-            }
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(st)) = c.try_wait() {
-                    self.child = None;
-                    bail!(
-                        "nats-server exited at start ({st}); see {}",
-                        self.log.display()
-                    );
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("nats-server did not listen on {} in 30 s", self.port);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    /// The server, locked (for the quick operations: no await).
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, gpusched_testkit::PrivateNats>> {
+        self.server
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the nats-server lock is poisoned"))
     }
 
     /// SIGKILLs the server (its store stays as the kill left it).
     pub fn kill(&mut self) -> Result<()> {
-        let mut c = self.child.take().context("nats-server is not running")?;
-        c.kill().context("SIGKILL nats-server")?;
-        let _ = c.wait();
-        Ok(())
+        Ok(self.lock()?.kill()?)
     }
 
     /// Stops the server with SIGTERM (SIGKILL after 10 s).
     pub async fn stop(&mut self) -> Result<()> {
-        let mut c = self.child.take().context("nats-server is not running")?;
-        signal_pid(c.id(), "TERM");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        Ok(())
+        self.with(|s| s.stop()).await
     }
 
     /// Removes the store (streams, consumers, messages). Only while stopped.
     pub fn wipe(&self) -> Result<()> {
-        if self.child.is_some() {
-            bail!("wipe: nats-server is running");
-        }
-        match std::fs::remove_dir_all(&self.store) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("removing {}", self.store.display())),
-        }
-    }
-}
-
-impl Drop for PrivateNats {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        Ok(self.lock()?.wipe()?)
     }
 }
 
 /// Both private servers under one temporary directory.
 #[derive(Debug)]
 pub struct Infra {
-    root: PathBuf,
+    // Fields drop in this order: both servers stop (each removing its own
+    // directory), then the run's directory goes.
     /// Postgres.
     pub pg: PrivatePostgres,
     /// nats-server.
     pub nats: PrivateNats,
+    root: DirGuard,
 }
 
 impl Infra {
@@ -398,18 +203,16 @@ impl Infra {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let root = std::env::temp_dir().join(format!("gpusched-chaos-{}", &id[..12]));
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let guard = DirGuard(Some(root.clone()));
-        let pg = PrivatePostgres::create(&root.join("pg")).await?;
-        let mut pg_guard = PgGuard(Some(pg));
-        let nats = PrivateNats::create(&root.join("nats")).await?;
-        let pg = pg_guard.0.take().context("the private Postgres")?;
-        guard.release();
-        Ok(Infra { root, pg, nats })
+        // Declared first, dropped last: after a server started here.
+        let root = DirGuard(root);
+        let pg = PrivatePostgres::create(&root.0.join("pg")).await?;
+        let nats = PrivateNats::create(&root.0.join("nats")).await?;
+        Ok(Infra { pg, nats, root })
     }
 
     /// The run's temporary directory (removed on drop).
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.root.0
     }
 
     /// Copies both servers' logs into `dir`.
@@ -419,42 +222,13 @@ impl Infra {
     }
 }
 
-impl Drop for Infra {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.nats.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        self.pg.shut_down_now();
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// Removes a directory on drop unless released.
-struct DirGuard(Option<PathBuf>);
-
-impl DirGuard {
-    fn release(mut self) {
-        self.0 = None;
-    }
-}
+/// Removes a directory on drop.
+#[derive(Debug)]
+struct DirGuard(PathBuf);
 
 impl Drop for DirGuard {
     fn drop(&mut self) {
-        if let Some(d) = self.0.take() {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
-/// Stops a Postgres on drop unless taken.
-struct PgGuard(Option<PrivatePostgres>);
-
-impl Drop for PgGuard {
-    fn drop(&mut self) {
-        if let Some(pg) = self.0.take() {
-            pg.shut_down_now();
-        }
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

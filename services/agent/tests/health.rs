@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use gpusched_bus::testing::NatsServer;
 
 fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    l.local_addr().expect("its address")
+    let port = gpusched_testkit::free_port().expect("a free port");
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// `GET path`: (status, body); (0, "") when nothing answers.

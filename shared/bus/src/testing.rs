@@ -1,54 +1,37 @@
 //! Test support: a private nats-server that a test may kill and restart,
-//! so fault tests never touch the shared server on 4222.
+//! so fault tests never touch the shared server on 4222. It is the one
+//! launcher in `gpusched_testkit` ([`gpusched_testkit::PrivateNats`]), with
+//! a test's panics.
 //!
-//! Owns: [`NatsServer`], nats-server with JetStream on a free port and its
-//! own store directory, and the command line that starts one
-//! ([`nats_server_command`], also used by the load test's servers).
+//! Owns: [`NatsServer`], the panicking face of the private server (the
+//! launcher owns its process, port and store directory).
 //!
-//! Must never: leave a process or directory behind (it is killed and
-//! removed on drop, also when a test panics).
+//! Must never: launch a server itself (that is `gpusched_testkit`'s), be
+//! used outside tests (it panics on failure), or leave a process or
+//! directory behind (the launcher kills and removes them on drop, also
+//! when a test panics).
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+#![allow(clippy::panic)]
 
-/// The command that runs nats-server with JetStream on 127.0.0.1:`port`,
-/// keeping its streams in `store`.
-pub fn nats_server_command(port: u16, store: &Path) -> Command {
-    let mut c = Command::new("nats-server");
-    c.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(store);
-    c
+/// A private nats-server with JetStream on a free port and its own store
+/// directory, killed and removed on drop.
+pub struct NatsServer {
+    server: gpusched_testkit::PrivateNats,
 }
 
-/// A private nats-server ([`nats_server_command`]), killed on drop.
-pub struct NatsServer {
-    port: u16,
-    store: PathBuf,
-    child: Option<Child>,
+/// The value, or a panic naming what failed.
+fn must<T>(what: &str, r: std::io::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 impl NatsServer {
     /// Picks a free port and a fresh store directory; starts nothing.
     pub fn new() -> NatsServer {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("a free port")
-            .local_addr()
-            .expect("a free port")
-            .port();
-        let store = std::env::temp_dir().join(format!(
-            "gpusched-nats-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&store).expect("a store directory");
         NatsServer {
-            port,
-            store,
-            child: None,
+            server: must(
+                "a private nats-server",
+                gpusched_testkit::PrivateNats::new(),
+            ),
         }
     }
 
@@ -61,31 +44,19 @@ impl NatsServer {
 
     /// Its client URL.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        self.server.url()
     }
 
     /// Starts the server (keeping what its store holds) and waits until it
     /// accepts connections.
     pub fn start(&mut self) {
-        assert!(self.child.is_none(), "already running");
-        let child = nats_server_command(self.port, &self.store)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server must be installed");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        must("starting the private nats-server", self.server.start());
     }
 
-    /// SIGKILLs the server and waits for it to be gone.
+    /// SIGKILLs the server (if it runs) and waits for it to be gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if self.server.is_running() {
+            must("killing the private nats-server", self.server.kill());
         }
     }
 
@@ -94,8 +65,7 @@ impl NatsServer {
     pub fn restart(&mut self, wipe: bool) {
         self.kill();
         if wipe {
-            std::fs::remove_dir_all(&self.store).expect("emptying the store");
-            std::fs::create_dir_all(&self.store).expect("a store directory");
+            must("emptying the store", self.server.wipe());
         }
         self.start();
     }
@@ -104,12 +74,5 @@ impl NatsServer {
 impl Default for NatsServer {
     fn default() -> Self {
         NatsServer::new()
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.store);
     }
 }

@@ -14,16 +14,13 @@ use gpusched_runtime::{
 };
 use tokio_util::sync::CancellationToken;
 
-/// A port nothing listens on.
-fn dead_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decides_from_the_log_while_the_bus_is_unreachable() {
     let log = Log::Memory(MemLog::new());
-    let url = format!("nats://127.0.0.1:{}", dead_port());
+    let url = format!(
+        "nats://127.0.0.1:{}",
+        gpusched_testkit::free_port().unwrap()
+    );
     let ns = gpusched_bus::Namespace::new("degraded").unwrap();
     let bus = Bus::connect_nats(&url, ns)
         .await

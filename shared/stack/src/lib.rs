@@ -125,8 +125,7 @@ pub struct Stack {
 }
 
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| fail("a free port", e))?;
-    Ok(l.local_addr().map_err(|e| fail("a free port", e))?.port())
+    gpusched_testkit::free_port().map_err(|e| fail("a free port", e))
 }
 
 /// When [`service_binaries`] builds the binaries.
@@ -160,6 +159,7 @@ pub fn service_binaries(dir: &Path, build: Build) -> Result<PathBuf> {
     if build == Build::Always || missing {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let mut cmd = Command::new(cargo);
+        gpusched_testkit::outside_cargo(&mut cmd);
         cmd.args(["build", "--quiet", "--workspace", "--bins", "--tests"]);
         if dir.ends_with("release") {
             cmd.arg("--release");
@@ -219,15 +219,7 @@ pub async fn delete_streams(nats_url: &str, namespace: &str) -> Result<()> {
     Ok(())
 }
 
-/// Sends `kill -<sig>` to a process id; whether it was delivered.
-pub fn signal_pid(pid: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+pub use gpusched_testkit::signal_pid;
 
 impl Stack {
     /// Creates the run's database (migrated) and picks its namespace; no

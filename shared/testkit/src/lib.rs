@@ -48,6 +48,42 @@ pub fn signal_pid(pid: u32, sig: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Removes from `cmd`'s environment what cargo sets for the test process
+/// that runs it (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `CARGO_BIN_EXE_*`,
+/// `OUT_DIR`, ...), so that the command sees what a terminal would. A cargo
+/// started by a test needs this: build scripts that watch such a variable
+/// (ring's watches `CARGO_MANIFEST_DIR`) would otherwise see it change and
+/// recompile half the workspace, which the next plain `cargo test` then
+/// recompiles back. User settings (`CARGO_HOME`, `CARGO_TARGET_DIR`,
+/// `CARGO_PROFILE_*`, ...) stay.
+pub fn outside_cargo(cmd: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if set_by_cargo_for_a_test(name) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+/// Whether `name` is one of the variables cargo sets for a crate it
+/// compiles or a test it runs (not one a user sets to configure cargo).
+fn set_by_cargo_for_a_test(name: &str) -> bool {
+    const NAMES: [&str; 10] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "CARGO_SBOM_PATH",
+        "OUT_DIR",
+    ];
+    NAMES.contains(&name) || name.starts_with("CARGO_PKG_") || name.starts_with("CARGO_BIN_EXE_")
+}
+
 /// A path under the temp directory no other call of this process (nor,
 /// by its pid and clock, of another one) returns: `<tmp>/<prefix>-...`.
 /// Nothing is created.
@@ -88,6 +124,29 @@ mod tests {
         assert_ne!(port, 0);
         std::net::TcpListener::bind(("127.0.0.1", port))?;
         Ok(())
+    }
+
+    #[test]
+    fn only_what_cargo_sets_for_a_test_is_removed() {
+        // Run by cargo test, this process has the variables itself.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let mut cmd = Command::new("env");
+        outside_cargo(&mut cmd);
+        let removed: Vec<String> = cmd
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .filter_map(|(k, _)| k.to_str().map(str::to_string))
+            .collect();
+        assert!(removed.iter().any(|k| k == "CARGO_MANIFEST_DIR"));
+        assert!(removed.iter().any(|k| k.starts_with("CARGO_PKG_")));
+        for kept in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_PROFILE_DEV_DEBUG",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_for_a_test(kept), "{kept}");
+        }
     }
 
     #[test]
