@@ -742,7 +742,53 @@ async fn run_restart(cx: &Ctx<'_>, stack: &mut Stack, out: &mut Outcome) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::median;
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use clap::{Parser, ValueEnum};
+
+    use super::{median, plan};
+    use crate::{workload, Args, Scenario};
+
+    /// Every documented default command (`loadtest <scenario>`, no other
+    /// flag) plans a cluster that the run's own check accepts and jobs that
+    /// pass the model's field checks for tenants the cluster has: a
+    /// validation change that breaks a default fails here, not for the
+    /// first user who runs it. Chaos plans in its own module.
+    #[test]
+    fn every_scenarios_default_command_plans_a_cluster_and_jobs_that_validate() {
+        for scenario in Scenario::value_variants() {
+            if *scenario == Scenario::Chaos {
+                continue;
+            }
+            let name = scenario.to_possible_value().expect("a name");
+            let name = name.get_name();
+            let args = Args::try_parse_from(["loadtest", name]).expect("the defaults parse");
+            assert_eq!(args.scenario(), *scenario);
+            let p = plan(&args).unwrap_or_else(|e| panic!("loadtest {name}: {e:#}"));
+            let cluster = p
+                .shape
+                .parse()
+                .unwrap_or_else(|e| panic!("loadtest {name}: {e:#}"));
+            assert_eq!(cluster.nodes, p.shape.nodes, "loadtest {name}");
+            let mut specs: Vec<_> = p.jobs.iter().map(|j| j.spec.clone()).collect();
+            if *scenario == Scenario::Reclaim {
+                // Its jobs are made when it runs: the fill and the return.
+                let gpn = p.shape.gpus_per_node;
+                let (fill, back) = workload::reclaim(p.shape.nodes, gpn, p.shape.tenants[0].1, 1);
+                assert!(!fill.is_empty() && !back.is_empty(), "loadtest {name}");
+                specs.extend(fill.into_iter().chain(back));
+            }
+            assert!(!specs.is_empty(), "loadtest {name}: no jobs");
+            for spec in &specs {
+                spec.check_fields()
+                    .unwrap_or_else(|e| panic!("loadtest {name}: a planned job: {e}"));
+                assert!(
+                    cluster.tenants.contains(&spec.tenant),
+                    "loadtest {name}: a job for {}, not in the cluster",
+                    spec.tenant
+                );
+            }
+        }
+    }
 
     #[test]
     fn the_ceiling_is_the_middle_probe_or_the_mean_of_the_middle_two() {

@@ -40,7 +40,8 @@ pub struct ClusterShape {
 
 impl ClusterShape {
     /// `tenants` tenants named `team-<i>` sharing `nodes` nodes, each with
-    /// `quota_factor` × an equal share as nominal quota.
+    /// `quota_factor` × an equal share as nominal quota (at most
+    /// [`gpusched_model::MAX_QUOTA_GPUS`]).
     pub fn even(nodes: usize, gpus_per_node: u32, tenants: usize, quota_factor: f64) -> Self {
         Self::in_blocks(nodes, NODES_PER_BLOCK, gpus_per_node, tenants, quota_factor)
     }
@@ -57,7 +58,11 @@ impl ClusterShape {
         let nodes = nodes.max(1).div_ceil(per_block) * per_block;
         let gpus = nodes as u64 * u64::from(gpus_per_node);
         let n = tenants.max(1);
-        let share = ((gpus as f64 / n as f64) * quota_factor.max(0.0)).ceil() as u64;
+        // A large factor means "quota is no limit": it stops at the most a
+        // quota may say, which no cluster here reaches.
+        let share = ((gpus as f64 / n as f64) * quota_factor.max(0.0))
+            .ceil()
+            .min(gpusched_model::MAX_QUOTA_GPUS as f64) as u64;
         ClusterShape {
             nodes,
             gpus_per_node,
@@ -99,13 +104,25 @@ impl ClusterShape {
         s
     }
 
+    /// The cluster file parsed as the run checks it before writing it.
+    #[cfg(test)]
+    pub fn parse(&self) -> Result<gpusched_sim::Cluster> {
+        parse_generated(&self.toml())
+    }
+
     /// Writes the cluster file and checks that it parses.
     pub fn write(&self, path: &Path) -> Result<()> {
         let text = self.toml();
-        gpusched_sim::Cluster::parse(&text, "generated cluster")
-            .context("the generated cluster does not parse")?;
+        parse_generated(&text)?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
     }
+}
+
+/// A generated cluster file, parsed by the parser the agent and the
+/// simulator read cluster files with (the checks a new configuration passes).
+fn parse_generated(text: &str) -> Result<gpusched_sim::Cluster> {
+    gpusched_sim::Cluster::parse(text, "generated cluster")
+        .context("the generated cluster does not parse")
 }
 
 /// A job to submit at `at` after the start of submissions.
