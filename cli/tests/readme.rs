@@ -9,9 +9,9 @@
 //! test command — this run is it.
 //!
 //! The blocks build in the dev profile, the one the test command builds,
-//! in an environment without what cargo sets for this test, so after
-//! `cargo test` their `cargo build --bins` reuses its dependencies and
-//! recompiles only the crates whose features differ without dev-dependencies.
+//! so after `cargo test` they compile nothing of their own: the workspace's
+//! one feature set (`gpusched-workspace-hack`) and an environment without
+//! what cargo sets for this test keep the artifacts shared.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
